@@ -1,0 +1,243 @@
+//! [`Client`]: connect to a cluster and hand out the typed sub-clients; cheap to clone.
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::auth::Auth;
+use crate::cluster::Cluster;
+use crate::election::Election;
+use crate::endpoint;
+use crate::error::{Error, Result};
+use crate::kv::Kv;
+use crate::lease::Lease;
+use crate::lock::Lock;
+use crate::maintenance::Maintenance;
+use crate::options::Options;
+use crate::proto::etcdserverpb::StatusRequest;
+use crate::transport::{Target, Transport};
+use crate::watch::Watch;
+
+/// A handle to an etcd cluster. Clone it freely: clones share the connections.
+///
+/// ```no_run
+/// # async fn demo() -> etcd_ha::Result<()> {
+/// use etcd_ha::{Client, Options};
+///
+/// let client = Client::connect(["http://127.0.0.1:2379"], Options::default()).await?;
+/// client.kv().put("greeting", "hello", Default::default()).await?;
+/// let got = client.kv().get("greeting", Default::default()).await?;
+/// assert_eq!(got.kvs[0].value, b"hello");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    transport: Arc<Transport>,
+}
+
+impl Client {
+    /// Connect to the cluster behind `endpoints`.
+    ///
+    /// Checks the options and every endpoint first (typed errors, nothing is dialled), then waits
+    /// until one member answers, within the connect timeout, and authenticates if credentials were
+    /// given. Members that are down now are dialled again when they are needed.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> etcd_ha::Result<()> {
+    /// let client = etcd_ha::Client::connect(
+    ///     ["127.0.0.1:2379", "127.0.0.1:22379", "127.0.0.1:32379"],
+    ///     etcd_ha::Options::new(),
+    /// )
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect<I, S>(endpoints: I, options: Options) -> Result<Client>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        options.validate()?;
+        let tls = options.tls.as_ref().map(endpoint::tls_config).transpose()?;
+        let mut urls: Vec<String> = Vec::new();
+        for e in endpoints {
+            let url = endpoint::normalize(e.as_ref(), options.tls.is_some())?;
+            if !urls.contains(&url) {
+                urls.push(url);
+            }
+        }
+        if urls.is_empty() {
+            return Err(Error::NoEndpoints);
+        }
+        let channels = urls
+            .iter()
+            .map(|u| endpoint::build(u, &options, tls.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let timeout = options.connect_timeout;
+        let transport = Transport::new(channels, options);
+        let first = first_contact(&transport).await.map_err(|source| Error::Connect {
+            endpoints: urls.clone(),
+            timeout,
+            source: Box::new(source),
+        })?;
+        transport.prefer(first);
+        if transport.options.credentials.is_some() {
+            transport.renew_token(0).await?;
+        }
+        tracing::debug!(endpoints = ?urls, first = %urls[first], "connected");
+        Ok(Client { transport })
+    }
+
+    /// Keys, values and transactions.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// client.kv().put("k", "v", Default::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn kv(&self) -> Kv {
+        Kv::new(self.transport.clone())
+    }
+
+    /// Leases: grant, revoke, time to live, keep-alive.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let lease = client.lease().grant(10, None).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lease(&self) -> Lease {
+        Lease::new(self.transport.clone())
+    }
+
+    /// The raw bidirectional watch stream.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let (sender, events) = client.watch().watch("config/", etcd_ha::WatchOptions::new().with_prefix()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch(&self) -> Watch {
+        Watch::new(self.transport.clone())
+    }
+
+    /// Cluster membership.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let members = client.cluster().member_list().await?.members;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster(&self) -> Cluster {
+        Cluster::new(self.transport.clone())
+    }
+
+    /// Maintenance: status, alarms, defragment, hashes, leader moves, snapshots.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let status = client.maintenance().status().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn maintenance(&self) -> Maintenance {
+        Maintenance::new(self.transport.clone(), Target::Any)
+    }
+
+    /// Authentication, users and roles.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let enabled = client.auth().status().await?.enabled;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn auth(&self) -> Auth {
+        Auth::new(self.transport.clone())
+    }
+
+    /// The server-side Election service (`v3electionpb`).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let leader = client.election().leader("my-election").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn election(&self) -> Election {
+        Election::new(self.transport.clone())
+    }
+
+    /// The server-side Lock service (`v3lockpb`).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let held = client.lock().lock("my-lock", 0).await?;
+    /// client.lock().unlock(held.key).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock(&self) -> Lock {
+        Lock::new(self.transport.clone())
+    }
+
+    /// The normalised endpoint URLs, in the order given.
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// for url in client.endpoint_urls() {
+    ///     println!("{url}");
+    /// }
+    /// # }
+    /// ```
+    pub fn endpoint_urls(&self) -> Vec<String> {
+        self.transport
+            .endpoints
+            .iter()
+            .map(|e| e.url.to_string())
+            .collect()
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoints", &self.transport.endpoints)
+            .field("options", &self.transport.options)
+            .finish()
+    }
+}
+
+/// Ask every member for its status at once; the first one that answers (even with an error of
+/// etcd's own, which proves it is there) wins. Bounded by the connect timeout.
+async fn first_contact(transport: &Transport) -> Result<usize> {
+    let deadline = tokio::time::Instant::now() + transport.options.connect_timeout;
+    let mut attempts: FuturesUnordered<_> = (0..transport.endpoints.len())
+        .map(|index| async move {
+            let (_, conn) = transport.pick(Target::Member(index));
+            let result = conn.maintenance().status(StatusRequest {}).await;
+            (index, result)
+        })
+        .collect();
+    let mut last = Error::Timeout;
+    loop {
+        match tokio::time::timeout_at(deadline, attempts.next()).await {
+            Err(_) => return Err(last),
+            Ok(None) => return Err(last),
+            Ok(Some((index, Ok(_)))) => return Ok(index),
+            Ok(Some((index, Err(status)))) => {
+                let err = Error::from_status(status, &transport.endpoints[index].url);
+                if !err.is_transport() {
+                    return Ok(index);
+                }
+                last = err;
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! A thin client for etcd's server-side Election service (`v3electionpb`).
+//!
+//! The server runs the campaign recipe for us: `campaign` blocks on the server until this
+//! candidate leads. The client-side recipe with fencing and fast loss detection comes later.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::proto::v3electionpb::{
+    CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse,
+    ProclaimRequest, ProclaimResponse, ResignRequest, ResignResponse,
+};
+use crate::stream::ResponseStream;
+use crate::transport::{Deadline, Target, Transport};
+
+/// The Election service. Get one with [`Client::election`](crate::Client::election).
+///
+/// ```no_run
+/// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+/// let lease = client.lease().grant(10, None).await?.id;
+/// let won = client.election().campaign("primary", lease, "node-1").await?;
+/// let key = won.leader.expect("a leader key");
+/// client.election().proclaim(key.clone(), "node-1 (ready)").await?;
+/// client.election().resign(key).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Election {
+    transport: Arc<Transport>,
+}
+
+impl Election {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Election { transport }
+    }
+
+    /// Wait (on the server, with no client deadline) until this candidate leads election
+    /// `name`; its key lives as long as `lease`.
+    ///
+    /// ```no_run
+    /// # async fn demo(e: etcd_ha::Election, lease: i64) -> etcd_ha::Result<()> {
+    /// let leader_key = e.campaign("primary", lease, "me").await?.leader;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn campaign(
+        &self,
+        name: impl Into<Vec<u8>>,
+        lease: i64,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<CampaignResponse> {
+        let request = CampaignRequest {
+            name: name.into(),
+            lease,
+            value: value.into(),
+        };
+        self.transport
+            .unary(Target::Any, Deadline::Unbounded, request, |c, r| async move {
+                c.election().campaign(r).await
+            })
+            .await
+    }
+
+    /// Publish a new value as the leader holding `leader`.
+    ///
+    /// ```no_run
+    /// # async fn demo(e: etcd_ha::Election, key: etcd_ha::proto::v3electionpb::LeaderKey) -> etcd_ha::Result<()> {
+    /// e.proclaim(key, "new value").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn proclaim(&self, leader: LeaderKey, value: impl Into<Vec<u8>>) -> Result<ProclaimResponse> {
+        let request = ProclaimRequest {
+            leader: Some(leader),
+            value: value.into(),
+        };
+        self.transport
+            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
+                c.election().proclaim(r).await
+            })
+            .await
+    }
+
+    /// The current leader's key and value (error `election: no leader` when there is none).
+    ///
+    /// ```no_run
+    /// # async fn demo(e: etcd_ha::Election) -> etcd_ha::Result<()> {
+    /// let kv = e.leader("primary").await?.kv;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn leader(&self, name: impl Into<Vec<u8>>) -> Result<LeaderResponse> {
+        let request = LeaderRequest { name: name.into() };
+        self.transport
+            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
+                c.election().leader(r).await
+            })
+            .await
+    }
+
+    /// Stream the leader's value: the current one, then every change. The call returns once
+    /// the election has a leader (the server sends nothing before).
+    ///
+    /// ```no_run
+    /// # async fn demo(e: etcd_ha::Election) -> etcd_ha::Result<()> {
+    /// let mut leaders = e.observe("primary").await?;
+    /// while let Some(l) = leaders.message().await? { println!("{:?}", l.kv); }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn observe(&self, name: impl Into<Vec<u8>>) -> Result<ResponseStream<LeaderResponse>> {
+        let request = LeaderRequest { name: name.into() };
+        self.transport
+            .open_server_stream(Target::Any, Deadline::Unbounded, request, |c, r| async move {
+                c.election().observe(r).await
+            })
+            .await
+    }
+
+    /// Give up leadership held by `leader`, so the next candidate takes over at once.
+    ///
+    /// ```no_run
+    /// # async fn demo(e: etcd_ha::Election, key: etcd_ha::proto::v3electionpb::LeaderKey) -> etcd_ha::Result<()> {
+    /// e.resign(key).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn resign(&self, leader: LeaderKey) -> Result<ResignResponse> {
+        let request = ResignRequest {
+            leader: Some(leader),
+        };
+        self.transport
+            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
+                c.election().resign(r).await
+            })
+            .await
+    }
+}

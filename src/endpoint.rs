@@ -1,0 +1,160 @@
+//! One etcd member's endpoint: its parsed URL and the lazily connected HTTP/2 channel to it.
+
+use std::sync::Arc;
+
+use http::Uri;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+use crate::error::{Error, Result};
+use crate::options::{Options, TlsOptions};
+
+/// etcd's client port; used when an endpoint names only a host.
+const DEFAULT_PORT: u16 = 2379;
+
+/// A member endpoint as the client uses it: a normalised URL and its channel.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    /// `http(s)://host:port`, used for logs, errors and [`Client::endpoint_urls`](crate::Client).
+    pub(crate) url: Arc<str>,
+    /// One HTTP/2 connection, dialled on first use and redialled by tonic after a failure.
+    pub(crate) channel: Channel,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// Parse and normalise one endpoint given by the user.
+///
+/// Accepts `http://host:port`, `https://host:port` and `host:port` (scheme from whether TLS is
+/// configured). The port defaults to 2379. Paths, queries and other schemes are refused: etcd
+/// serves gRPC at the root.
+pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
+    let invalid = |reason| Error::InvalidEndpoint {
+        endpoint: endpoint.to_owned(),
+        reason,
+    };
+    let trimmed = endpoint.trim();
+    if trimmed.is_empty() {
+        return Err(invalid("empty endpoint"));
+    }
+    let with_scheme = if trimmed.contains("://") {
+        trimmed.to_owned()
+    } else if tls {
+        format!("https://{trimmed}")
+    } else {
+        format!("http://{trimmed}")
+    };
+    let uri: Uri = with_scheme
+        .parse()
+        .map_err(|_| invalid("not a valid URL"))?;
+    let scheme = match uri.scheme_str() {
+        Some("http") if tls => {
+            return Err(invalid(
+                "http:// endpoint while TLS options are set; use https://",
+            ))
+        }
+        Some(s @ ("http" | "https")) => s,
+        _ => return Err(invalid("scheme must be http or https")),
+    };
+    let host = uri.host().filter(|h| !h.is_empty()).ok_or_else(|| invalid("missing host"))?;
+    if uri.path_and_query().is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty()) {
+        return Err(invalid("etcd endpoints take no path or query"));
+    }
+    let port = uri.port_u16().unwrap_or(DEFAULT_PORT);
+    if port == 0 {
+        return Err(invalid("port 0 is not a valid endpoint port"));
+    }
+    Ok(format!("{scheme}://{host}:{port}"))
+}
+
+/// Build the lazily connected channel for one normalised URL.
+pub(crate) fn build(url: &str, options: &Options, tls: Option<&ClientTlsConfig>) -> Result<Endpoint> {
+    let invalid = |_| Error::InvalidEndpoint {
+        endpoint: url.to_owned(),
+        reason: "rejected by the transport",
+    };
+    let mut ep = tonic::transport::Endpoint::from_shared(url.to_owned())
+        .map_err(invalid)?
+        .connect_timeout(options.connect_timeout)
+        .tcp_nodelay(true)
+        // Pings only while calls are open: etcd answers idle-connection pings faster than every
+        // 2 h with GOAWAY too_many_pings (see DEFAULT_KEEPALIVE_INTERVAL).
+        .keep_alive_while_idle(false);
+    if let Some(interval) = options.keepalive_interval {
+        ep = ep
+            .http2_keep_alive_interval(interval)
+            .keep_alive_timeout(options.keepalive_timeout);
+    }
+    if url.starts_with("https://") {
+        let config = match tls {
+            Some(config) => config.clone(),
+            // An https:// endpoint without TLS options: verify against the system roots.
+            None => ClientTlsConfig::new().with_native_roots(),
+        };
+        ep = ep.tls_config(config).map_err(Error::TlsConfig)?;
+    }
+    Ok(Endpoint {
+        url: url.into(),
+        channel: ep.connect_lazy(),
+    })
+}
+
+/// Read the TLS files once, at connect, into tonic's rustls configuration.
+pub(crate) fn tls_config(tls: &TlsOptions) -> Result<ClientTlsConfig> {
+    let read = |path: &std::path::Path| {
+        let bytes = std::fs::read(path).map_err(|source| Error::TlsFile {
+            path: path.to_owned(),
+            source,
+        })?;
+        // tonic only finds out later that a file holds no PEM; say so now, with the path.
+        if !bytes.windows(10).any(|w| w == b"-----BEGIN") {
+            return Err(Error::TlsFile {
+                path: path.to_owned(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "no PEM block in file",
+                ),
+            });
+        }
+        Ok(bytes)
+    };
+    let mut config = ClientTlsConfig::new();
+    config = match &tls.ca_file {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(read(ca)?)),
+        None => config.with_native_roots(),
+    };
+    if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
+        config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_common_forms() {
+        assert_eq!(normalize("127.0.0.1:2379", false).unwrap(), "http://127.0.0.1:2379");
+        assert_eq!(normalize("http://localhost", false).unwrap(), "http://localhost:2379");
+        assert_eq!(normalize("https://10.0.0.1:4001/", true).unwrap(), "https://10.0.0.1:4001");
+        assert_eq!(normalize("etcd-0:2379", true).unwrap(), "https://etcd-0:2379");
+    }
+
+    #[test]
+    fn rejects_bad_endpoints() {
+        for bad in ["", "  ", "ftp://x:1", "http://", "http://h:1/v3/kv", "http://h:0", "not a url", "http://h:99999"] {
+            assert!(
+                matches!(normalize(bad, false), Err(Error::InvalidEndpoint { .. })),
+                "{bad:?} should be rejected"
+            );
+        }
+        assert!(normalize("http://h:1", true).is_err());
+    }
+}

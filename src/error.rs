@@ -1,0 +1,373 @@
+//! The one public error type, and the single place where `tonic::Status` becomes a typed etcd error.
+//!
+//! etcd reports its own failures as gRPC statuses whose message is one of a fixed set of strings
+//! (`etcdserver: no leader`, `etcdserver: mvcc: required revision has been compacted`, ...). We match
+//! those strings here, once, so that callers match on variants instead of text.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong talking to etcd.
+///
+/// etcd's own failures are variants of their own; [`Error::is_retryable`] says whether the same
+/// request may succeed if it is sent again (possibly to another member).
+///
+/// ```
+/// use etcd_ha::Error;
+///
+/// fn describe(err: &Error) -> &'static str {
+///     match err {
+///         Error::Compacted { .. } => "reload the state and watch again",
+///         Error::NoLeader | Error::LeaderChanged => "the cluster is electing; try again",
+///         e if e.is_retryable() => "transient",
+///         _ => "permanent",
+///     }
+/// }
+/// assert_eq!(describe(&Error::NoLeader), "the cluster is electing; try again");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The endpoint list given to [`Client::connect`](crate::Client::connect) was empty.
+    #[error("no endpoints were given")]
+    NoEndpoints,
+
+    /// An endpoint is not a usable URL (`http://host:port`, `https://host:port` or `host:port`).
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// An option is out of its valid range or contradicts another option.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOptions {
+        /// The option's name, as its builder method is called.
+        option: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// A TLS file (CA, certificate or key) could not be read or parsed.
+    #[error("cannot use TLS file {}: {source}", path.display())]
+    TlsFile {
+        /// The file that failed.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The TLS configuration was refused by the TLS library (for example a key it cannot use).
+    #[error("invalid TLS configuration: {0}")]
+    TlsConfig(#[source] tonic::transport::Error),
+
+    /// No endpoint could be reached before the connect timeout.
+    #[error("could not connect to any of {endpoints:?} within {timeout:?}: {source}")]
+    Connect {
+        /// The endpoints tried.
+        endpoints: Vec<String>,
+        /// The connect timeout that ran out or bounded the attempts.
+        timeout: Duration,
+        /// The last failure seen.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// The transport failed: connection refused or reset, TLS handshake failure, HTTP/2 error.
+    #[error("transport error talking to {endpoint}: {source}")]
+    Transport {
+        /// The endpoint the request went to.
+        endpoint: String,
+        /// The underlying status, whose source chain holds the IO or TLS error.
+        #[source]
+        source: tonic::Status,
+    },
+
+    /// The request did not complete within its timeout (the client's or the server's).
+    #[error("request timed out")]
+    Timeout,
+
+    /// A member answered that it could not serve the request now (`Unavailable`), for instance
+    /// `etcdserver: request timed out` or `etcdserver: unhealthy cluster`.
+    #[error("etcd unavailable: {0}")]
+    Unavailable(#[source] tonic::Status),
+
+    /// `etcdserver: mvcc: required revision has been compacted`.
+    #[error("required revision has been compacted (compact revision {compact_revision:?})")]
+    Compacted {
+        /// The compaction revision, when the server said it (a watch does; a range does not).
+        compact_revision: Option<i64>,
+    },
+
+    /// `etcdserver: mvcc: required revision is a future revision`.
+    #[error("required revision is a future revision")]
+    FutureRevision,
+
+    /// `etcdserver: requested lease not found`: the lease expired or was revoked.
+    #[error("requested lease not found")]
+    LeaseNotFound,
+
+    /// `etcdserver: lease already exists` (a grant with an explicit id that is taken).
+    #[error("lease already exists")]
+    LeaseExists,
+
+    /// `etcdserver: no leader`: the member has no raft leader (partitioned or electing).
+    #[error("etcd member has no leader")]
+    NoLeader,
+
+    /// `etcdserver: leader changed`: the request raced a leader election.
+    #[error("etcd leader changed")]
+    LeaderChanged,
+
+    /// `etcdserver: not leader`: a request that only the leader serves reached a follower.
+    #[error("etcd member is not the leader")]
+    NotLeader,
+
+    /// The request is larger than the server (or this client) accepts.
+    #[error("request is too large")]
+    RequestTooLarge,
+
+    /// `etcdserver: too many requests`: the member is overloaded (applied index far behind).
+    #[error("too many requests")]
+    TooManyRequests,
+
+    /// `etcdserver: permission denied`: the user's roles do not allow this key or operation.
+    #[error("permission denied")]
+    PermissionDenied,
+
+    /// `etcdserver: authentication failed, invalid user ID or password`.
+    #[error("authentication failed: invalid user name or password")]
+    AuthFailed,
+
+    /// `etcdserver: invalid auth token` (or the auth store moved on): the token must be renewed.
+    /// The client renews it by itself when it holds credentials.
+    #[error("invalid or expired auth token")]
+    InvalidAuthToken,
+
+    /// `etcdserver: user name is empty`: auth is enabled and the request carried no token.
+    #[error("authentication required: auth is enabled but no credentials were given")]
+    AuthRequired,
+
+    /// `etcdserver: authentication is not enabled`.
+    #[error("authentication is not enabled")]
+    AuthNotEnabled,
+
+    /// A member id named in the request is not in the cluster.
+    #[error("member not found")]
+    MemberNotFound,
+
+    /// The request is malformed by etcd's rules (empty key, duplicate key in a txn, too many
+    /// operations, ...).
+    #[error("invalid request: {0}")]
+    InvalidRequest(#[source] tonic::Status),
+
+    /// A watch was canceled by the server; `reason` is the server's cancel reason.
+    #[error("watch {watch_id} canceled by the server: {reason}")]
+    WatchCanceled {
+        /// The watch id.
+        watch_id: i64,
+        /// The server's `cancel_reason`.
+        reason: String,
+    },
+
+    /// The server closed a stream that should have stayed open.
+    #[error("the server closed the stream")]
+    StreamClosed,
+
+    /// The client was shut down (or every handle dropped) while the request was pending.
+    #[error("client is shut down")]
+    Shutdown,
+
+    /// Any other gRPC status, kept whole.
+    #[error("etcd error: {0}")]
+    Grpc(#[source] tonic::Status),
+}
+
+impl Error {
+    /// Whether the same request may succeed if sent again, possibly to another member.
+    ///
+    /// This is about the *failure*; whether the *request* is safe to repeat (a put that may have
+    /// been applied is not) is decided by the retry layer.
+    ///
+    /// ```
+    /// assert!(etcd_ha::Error::NoLeader.is_retryable());
+    /// assert!(!etcd_ha::Error::Compacted { compact_revision: None }.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Connect { .. }
+                | Error::Transport { .. }
+                | Error::Timeout
+                | Error::Unavailable(_)
+                | Error::NoLeader
+                | Error::LeaderChanged
+                | Error::NotLeader
+                | Error::TooManyRequests
+                | Error::InvalidAuthToken
+                | Error::StreamClosed
+        )
+    }
+
+    /// Translate a gRPC status from etcd (or from the transport) into a typed error.
+    ///
+    /// `endpoint` names the member the request went to, for transport errors.
+    ///
+    /// ```
+    /// let status = tonic::Status::unavailable("etcdserver: no leader");
+    /// assert!(matches!(etcd_ha::Error::from_status(status, "http://127.0.0.1:2379"), etcd_ha::Error::NoLeader));
+    /// ```
+    pub fn from_status(status: tonic::Status, endpoint: &str) -> Error {
+        use tonic::Code;
+        // etcd prefixes its messages with "etcdserver: "; the lock and election services use
+        // their own prefixes, so match on the tail.
+        let msg = status.message();
+        let tail = msg.strip_prefix("etcdserver: ").unwrap_or(msg);
+        match tail {
+            "mvcc: required revision has been compacted" => {
+                return Error::Compacted {
+                    compact_revision: None,
+                }
+            }
+            "mvcc: required revision is a future revision" => return Error::FutureRevision,
+            "requested lease not found" => return Error::LeaseNotFound,
+            "lease already exists" => return Error::LeaseExists,
+            "no leader" => return Error::NoLeader,
+            "leader changed" => return Error::LeaderChanged,
+            "not leader" => return Error::NotLeader,
+            "request is too large" => return Error::RequestTooLarge,
+            "too many requests" => return Error::TooManyRequests,
+            "permission denied" => return Error::PermissionDenied,
+            "authentication failed, invalid user ID or password" => return Error::AuthFailed,
+            // An old auth revision means the token predates a user/role change: renew it.
+            "invalid auth token" | "revision of auth store is old" => {
+                return Error::InvalidAuthToken
+            }
+            "user name is empty" => return Error::AuthRequired,
+            "authentication is not enabled" => return Error::AuthNotEnabled,
+            "member not found" => return Error::MemberNotFound,
+            _ => {}
+        }
+        if tail.starts_with("request timed out") {
+            return Error::Timeout;
+        }
+        match status.code() {
+            Code::DeadlineExceeded => Error::Timeout,
+            // tonic's own limit and the server's gRPC limit (`grpc: received message larger than
+            // max`) both arrive as ResourceExhausted.
+            Code::ResourceExhausted if msg.contains("larger than") || msg.contains("too large") => {
+                Error::RequestTooLarge
+            }
+            Code::OutOfRange if msg.contains("larger than") => Error::RequestTooLarge,
+            Code::Unavailable if is_transport_failure(&status) => Error::Transport {
+                endpoint: endpoint.to_owned(),
+                source: status,
+            },
+            Code::Unavailable => Error::Unavailable(status),
+            Code::Unauthenticated => Error::InvalidAuthToken,
+            Code::PermissionDenied => Error::PermissionDenied,
+            Code::InvalidArgument => Error::InvalidRequest(status),
+            _ if is_transport_failure(&status) => Error::Transport {
+                endpoint: endpoint.to_owned(),
+                source: status,
+            },
+            _ => Error::Grpc(status),
+        }
+    }
+
+    /// Whether this failure happened below gRPC (connect, TLS, HTTP/2), so that the member's
+    /// server never answered. The balancer uses this to mark the endpoint as failed.
+    pub fn is_transport(&self) -> bool {
+        matches!(self, Error::Transport { .. } | Error::Connect { .. })
+    }
+}
+
+/// A status that tonic made up itself because the connection failed, rather than one the server
+/// sent: it carries a source error (hyper, IO, TLS) and no etcd message.
+fn is_transport_failure(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    status.source().is_some() && !status.message().starts_with("etcdserver:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Status;
+
+    fn map(status: Status) -> Error {
+        Error::from_status(status, "http://127.0.0.1:1")
+    }
+
+    #[test]
+    fn etcd_messages_become_variants() {
+        assert!(matches!(
+            map(Status::out_of_range(
+                "etcdserver: mvcc: required revision has been compacted"
+            )),
+            Error::Compacted { .. }
+        ));
+        assert!(matches!(
+            map(Status::out_of_range(
+                "etcdserver: mvcc: required revision is a future revision"
+            )),
+            Error::FutureRevision
+        ));
+        assert!(matches!(
+            map(Status::not_found("etcdserver: requested lease not found")),
+            Error::LeaseNotFound
+        ));
+        assert!(matches!(
+            map(Status::unavailable("etcdserver: leader changed")),
+            Error::LeaderChanged
+        ));
+        assert!(matches!(
+            map(Status::invalid_argument("etcdserver: request is too large")),
+            Error::RequestTooLarge
+        ));
+        assert!(matches!(
+            map(Status::resource_exhausted(
+                "grpc: received message larger than max (3145738 vs. 2097152)"
+            )),
+            Error::RequestTooLarge
+        ));
+        assert!(matches!(
+            map(Status::invalid_argument(
+                "etcdserver: authentication failed, invalid user ID or password"
+            )),
+            Error::AuthFailed
+        ));
+        assert!(matches!(
+            map(Status::unauthenticated("etcdserver: invalid auth token")),
+            Error::InvalidAuthToken
+        ));
+        assert!(matches!(
+            map(Status::unavailable(
+                "etcdserver: request timed out, possibly due to previous leader failure"
+            )),
+            Error::Timeout
+        ));
+        assert!(matches!(
+            map(Status::unavailable("etcdserver: unhealthy cluster")),
+            Error::Unavailable(_)
+        ));
+        assert!(matches!(
+            map(Status::invalid_argument("etcdserver: key is not provided")),
+            Error::InvalidRequest(_)
+        ));
+    }
+
+    #[test]
+    fn retryable_classes() {
+        assert!(Error::NoLeader.is_retryable());
+        assert!(Error::Timeout.is_retryable());
+        assert!(!Error::PermissionDenied.is_retryable());
+        assert!(!Error::LeaseNotFound.is_retryable());
+        assert!(!Error::RequestTooLarge.is_retryable());
+    }
+}

@@ -1,0 +1,176 @@
+//! The Lease service: grant, revoke, time to live, list, and the raw keep-alive stream.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::proto::etcdserverpb::{
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
+};
+use crate::stream::ResponseStream;
+use crate::transport::{Deadline, Target, Transport};
+
+/// The Lease service. Get one with [`Client::lease`](crate::Client::lease).
+///
+/// ```no_run
+/// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+/// let lease = client.lease().grant(10, None).await?;
+/// client.kv().put("ephemeral", "x", etcd_ha::PutOptions::new().with_lease(lease.id)).await?;
+/// client.lease().revoke(lease.id).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Lease {
+    transport: Arc<Transport>,
+}
+
+impl Lease {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Lease { transport }
+    }
+
+    /// Grant a lease of `ttl` seconds, with this id or one chosen by the server.
+    ///
+    /// etcd raises TTLs below its minimum (1.5 x election timeout, 2 s by default); the granted
+    /// TTL is in the response.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: etcd_ha::Lease) -> etcd_ha::Result<()> {
+    /// let granted = lease.grant(5, None).await?;
+    /// println!("lease {:x} ttl {}", granted.id, granted.ttl);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn grant(&self, ttl: i64, id: Option<i64>) -> Result<LeaseGrantResponse> {
+        let request = LeaseGrantRequest {
+            ttl,
+            id: id.unwrap_or(0),
+        };
+        self.transport
+            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
+                c.lease().lease_grant(r).await
+            })
+            .await
+    }
+
+    /// Revoke a lease: every key attached to it is deleted.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: etcd_ha::Lease, id: i64) -> etcd_ha::Result<()> {
+    /// lease.revoke(id).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn revoke(&self, id: i64) -> Result<LeaseRevokeResponse> {
+        let request = LeaseRevokeRequest { id };
+        self.transport
+            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
+                c.lease().lease_revoke(r).await
+            })
+            .await
+    }
+
+    /// Remaining and granted TTL of a lease (`ttl == -1` when it expired or never existed), and
+    /// its keys when `keys` is set.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: etcd_ha::Lease, id: i64) -> etcd_ha::Result<()> {
+    /// let info = lease.time_to_live(id, true).await?;
+    /// println!("{} s left, {} keys", info.ttl, info.keys.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn time_to_live(&self, id: i64, keys: bool) -> Result<LeaseTimeToLiveResponse> {
+        let request = LeaseTimeToLiveRequest { id, keys };
+        self.transport
+            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
+                c.lease().lease_time_to_live(r).await
+            })
+            .await
+    }
+
+    /// Every lease the cluster holds.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: etcd_ha::Lease) -> etcd_ha::Result<()> {
+    /// let ids: Vec<i64> = lease.leases().await?.leases.iter().map(|l| l.id).collect();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn leases(&self) -> Result<LeaseLeasesResponse> {
+        self.transport
+            .unary(
+                Target::Any,
+                Deadline::Default,
+                LeaseLeasesRequest {},
+                |c, r| async move { c.lease().lease_leases(r).await },
+            )
+            .await
+    }
+
+    /// Open the raw keep-alive stream and send a first keep-alive for `id`.
+    ///
+    /// Send more keep-alives (for this or other leases) with the returned [`LeaseKeeper`]; each
+    /// answer carries the lease's new TTL, `ttl <= 0` meaning it is gone. Nothing here renews on a
+    /// timer or reconnects: that is the managed keeper's job.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: etcd_ha::Lease) -> etcd_ha::Result<()> {
+    /// let id = lease.grant(5, None).await?.id;
+    /// let (keeper, mut answers) = lease.keep_alive(id).await?;
+    /// let first = answers.message().await?.expect("an answer");
+    /// assert!(first.ttl > 0);
+    /// keeper.keep_alive(id).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn keep_alive(
+        &self,
+        id: i64,
+    ) -> Result<(LeaseKeeper, ResponseStream<LeaseKeepAliveResponse>)> {
+        let (tx, stream) = self
+            .transport
+            .open_bidi(
+                Target::Any,
+                Deadline::Default,
+                LeaseKeepAliveRequest { id },
+                |c, r| async move { c.lease().lease_keep_alive(r).await },
+            )
+            .await?;
+        Ok((LeaseKeeper { tx }, stream))
+    }
+}
+
+/// The sending half of a raw keep-alive stream.
+///
+/// ```no_run
+/// # async fn demo(keeper: etcd_ha::LeaseKeeper, id: i64) -> etcd_ha::Result<()> {
+/// keeper.keep_alive(id).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LeaseKeeper {
+    tx: mpsc::Sender<LeaseKeepAliveRequest>,
+}
+
+impl LeaseKeeper {
+    /// Ask for one renewal of `id`; the answer arrives on the response stream.
+    ///
+    /// ```no_run
+    /// # async fn demo(keeper: etcd_ha::LeaseKeeper) -> etcd_ha::Result<()> {
+    /// keeper.keep_alive(0x1234).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn keep_alive(&self, id: i64) -> Result<()> {
+        self.tx
+            .send(LeaseKeepAliveRequest { id })
+            .await
+            .map_err(|_| Error::StreamClosed)
+    }
+}

@@ -1,0 +1,94 @@
+//! etcd-ha: an etcd v3 client for teams that need control of connection routing and fast,
+//! measured failover.
+//!
+//! # Layout
+//!
+//! ```text
+//! proto.rs        the etcd v3 API generated from proto/ (etcdserverpb, mvccpb, authpb,
+//!                 v3electionpb, v3lockpb)
+//! error.rs        the one Error enum; tonic::Status -> typed etcd errors; is_retryable()
+//! options.rs      Options and TlsOptions: documented defaults, validated at connect
+//! endpoint.rs     an endpoint: URL parsing and its lazily connected HTTP/2 channel
+//! token.rs        the auth token, renewed once for all concurrent callers
+//! transport.rs    how every call leaves the client: endpoint, token, deadline, size, errors
+//! stream.rs       ResponseStream: server streams with typed errors
+//! client.rs       Client: connect, and the typed sub-clients below
+//! kv.rs, txn.rs   KV: get / put / delete with options, the Txn builder, compact
+//! lease.rs        Lease: grant, revoke, time to live, leases, raw keep-alive stream
+//! watch.rs        Watch: the raw bidirectional stream and WatchOptions
+//! cluster.rs      Cluster: member list / add / add learner / remove / update / promote
+//! maintenance.rs  Maintenance: status, alarms, defragment, hashes, move leader, snapshot
+//! auth.rs         Auth: enable / disable / status, authenticate, users, roles
+//! election.rs     the server-side Election service
+//! lock.rs         the server-side Lock service
+//! testkit/        (feature "testkit") real etcd clusters and fault injection for tests
+//! ```
+//!
+//! # Example
+//!
+//! ```no_run
+//! use etcd_ha::{Client, Compare, CompareOp, GetOptions, Options, PutOptions, Txn, TxnOp};
+//!
+//! # async fn demo() -> etcd_ha::Result<()> {
+//! let client = Client::connect(
+//!     ["http://127.0.0.1:2379", "http://127.0.0.1:22379", "http://127.0.0.1:32379"],
+//!     Options::default(),
+//! )
+//! .await?;
+//! let kv = client.kv();
+//! kv.put("config/mode", "blue", PutOptions::new()).await?;
+//!
+//! // Flip the mode only if nobody else changed it.
+//! let flipped = kv
+//!     .txn(
+//!         Txn::new()
+//!             .when([Compare::value("config/mode", CompareOp::Equal, "blue")])
+//!             .and_then([TxnOp::put("config/mode", "green", PutOptions::new())]),
+//!     )
+//!     .await?
+//!     .succeeded;
+//! let all = kv.get("config/", GetOptions::new().with_prefix()).await?;
+//! println!("flipped: {flipped}, {} keys", all.count);
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+mod auth;
+mod client;
+mod cluster;
+mod election;
+mod endpoint;
+mod error;
+mod kv;
+mod lease;
+mod lock;
+mod maintenance;
+mod options;
+pub mod proto;
+mod redact;
+mod stream;
+mod token;
+mod transport;
+mod txn;
+mod watch;
+
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use auth::{Auth, PermissionType};
+pub use client::Client;
+pub use cluster::Cluster;
+pub use election::Election;
+pub use error::{Error, Result};
+pub use kv::{prefix_end, DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget};
+pub use lease::{Lease, LeaseKeeper};
+pub use lock::Lock;
+pub use maintenance::Maintenance;
+pub use options::{
+    Options, TlsOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT,
+};
+pub use stream::ResponseStream;
+pub use txn::{Compare, CompareOp, Txn, TxnOp};
+pub use watch::{Watch, WatchOptions, Watcher};

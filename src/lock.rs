@@ -1,0 +1,70 @@
+//! A thin client for etcd's server-side Lock service (`v3lockpb`).
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
+use crate::transport::{Deadline, Target, Transport};
+
+/// The Lock service. Get one with [`Client::lock`](crate::Client::lock).
+///
+/// A lock is a key under `name` owned by a lease: it is released by [`unlock`](Self::unlock),
+/// or when the lease expires.
+///
+/// ```no_run
+/// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+/// let lease = client.lease().grant(10, None).await?.id;
+/// let held = client.lock().lock("jobs/cleanup", lease).await?;
+/// // ... critical section; guard writes with a Txn on held.key's create revision ...
+/// client.lock().unlock(held.key).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Lock {
+    transport: Arc<Transport>,
+}
+
+impl Lock {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Lock { transport }
+    }
+
+    /// Wait (on the server, with no client deadline) until the lock `name` is held for `lease`
+    /// (0: the lock lives until unlocked); the response's `key` is the ownership key.
+    ///
+    /// ```no_run
+    /// # async fn demo(l: etcd_ha::Lock, lease: i64) -> etcd_ha::Result<()> {
+    /// let key = l.lock("my-lock", lease).await?.key;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lock(&self, name: impl Into<Vec<u8>>, lease: i64) -> Result<LockResponse> {
+        let request = LockRequest {
+            name: name.into(),
+            lease,
+        };
+        self.transport
+            .unary(Target::Any, Deadline::Unbounded, request, |c, r| async move {
+                c.lock().lock(r).await
+            })
+            .await
+    }
+
+    /// Release the lock owned through `key`.
+    ///
+    /// ```no_run
+    /// # async fn demo(l: etcd_ha::Lock, key: Vec<u8>) -> etcd_ha::Result<()> {
+    /// l.unlock(key).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn unlock(&self, key: impl Into<Vec<u8>>) -> Result<UnlockResponse> {
+        let request = UnlockRequest { key: key.into() };
+        self.transport
+            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
+                c.lock().unlock(r).await
+            })
+            .await
+    }
+}

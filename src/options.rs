@@ -1,0 +1,382 @@
+//! Connection options: documented defaults, builder methods, validated once at connect.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// How long to wait for the first member to answer at connect, and for each TCP/TLS connect.
+///
+/// 2 s: etcdctl's `--dial-timeout`; long enough for a TLS handshake on a loaded box, short enough
+/// that a dead endpoint list is reported quickly.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default deadline of one unary request (all attempts included).
+///
+/// 5 s: etcdctl's `--command-timeout`; below etcd's own 7 s request timeout (5 s + 2 x election
+/// timeout) so that the client gives up, and can try elsewhere, before the server does.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default HTTP/2 keepalive ping interval.
+///
+/// 10 s: etcd's server rejects pings closer than 5 s apart on busy connections (and on idle
+/// connections any ping closer than 2 h) with GOAWAY `too_many_pings` after two strikes. We ping
+/// only while a call or stream is open, and no more often than every 10 s (PD's value), twice the
+/// server's floor to absorb timer jitter.
+pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Default time to wait for a keepalive ping's answer before the connection is declared dead.
+///
+/// 3 s: PD's `defaultDialKeepAliveTimeout`; a frozen member is detected within 13 s even when
+/// nothing else notices.
+pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// etcd's default `--max-request-bytes` (1.5 MiB); requests larger than this are refused by the
+/// client before they are sent.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 * 1024;
+
+/// Options for [`Client::connect`](crate::Client::connect).
+///
+/// ```
+/// use std::time::Duration;
+/// use etcd_ha::Options;
+///
+/// let options = Options::new()
+///     .with_connect_timeout(Duration::from_secs(1))
+///     .with_request_timeout(Duration::from_secs(3))
+///     .with_user("root", "secret");
+/// // Debug never shows the password.
+/// assert!(!format!("{options:?}").contains("secret"));
+/// ```
+#[derive(Clone)]
+pub struct Options {
+    /// Bounds the first contact at connect and every TCP/TLS connect later.
+    pub(crate) connect_timeout: Duration,
+    /// Deadline of a unary request unless the call says otherwise; `None` waits forever.
+    pub(crate) request_timeout: Option<Duration>,
+    /// HTTP/2 ping interval while calls are open; `None` disables keepalive.
+    pub(crate) keepalive_interval: Option<Duration>,
+    /// How long an unanswered ping may take before the connection is closed.
+    pub(crate) keepalive_timeout: Duration,
+    /// User name and password; the client authenticates and renews the token itself.
+    pub(crate) credentials: Option<Credentials>,
+    /// TLS settings; `None` means plain HTTP/2 unless an endpoint says `https://`.
+    pub(crate) tls: Option<TlsOptions>,
+    /// Requests larger than this are refused locally with [`Error::RequestTooLarge`].
+    pub(crate) max_request_bytes: usize,
+    /// Largest response accepted (snapshots stream in chunks, so this bounds one range).
+    pub(crate) max_response_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            keepalive_interval: Some(DEFAULT_KEEPALIVE_INTERVAL),
+            keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
+            credentials: None,
+            tls: None,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            // etcd's client default is "unlimited" (MaxInt32); 512 MiB still stops a runaway.
+            max_response_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+impl Options {
+    /// The defaults (see the `DEFAULT_*` constants).
+    ///
+    /// ```
+    /// let options = etcd_ha::Options::new();
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bound the first contact and every connection attempt. Default
+    /// [`DEFAULT_CONNECT_TIMEOUT`].
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_connect_timeout(std::time::Duration::from_millis(500));
+    /// ```
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Deadline of each unary request. Default [`DEFAULT_REQUEST_TIMEOUT`].
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_request_timeout(std::time::Duration::from_secs(1));
+    /// ```
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// Let unary requests wait as long as it takes.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().without_request_timeout();
+    /// ```
+    pub fn without_request_timeout(mut self) -> Self {
+        self.request_timeout = None;
+        self
+    }
+
+    /// HTTP/2 keepalive: ping every `interval` while calls are open, close the connection when a
+    /// ping is not answered within `timeout`. `interval` must be at least 5 s, etcd's server
+    /// minimum. Default 10 s / 3 s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let o = etcd_ha::Options::new().with_keepalive(Duration::from_secs(6), Duration::from_secs(2));
+    /// ```
+    pub fn with_keepalive(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.keepalive_interval = Some(interval);
+        self.keepalive_timeout = timeout;
+        self
+    }
+
+    /// Turn HTTP/2 keepalive off.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().without_keepalive();
+    /// ```
+    pub fn without_keepalive(mut self) -> Self {
+        self.keepalive_interval = None;
+        self
+    }
+
+    /// Authenticate as `user`; the token is sent on every call and renewed when etcd rejects it.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_user("app", "password");
+    /// ```
+    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Use TLS with these settings for every endpoint.
+    ///
+    /// ```
+    /// let tls = etcd_ha::TlsOptions::new().with_ca_file("ca.pem");
+    /// let o = etcd_ha::Options::new().with_tls(tls);
+    /// ```
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Refuse requests larger than `bytes` locally. Default [`DEFAULT_MAX_REQUEST_BYTES`], etcd's
+    /// own default; raise it together with the server's `--max-request-bytes`.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_max_request_bytes(4 << 20);
+    /// ```
+    pub fn with_max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes;
+        self
+    }
+
+    /// Largest response message accepted. Default 512 MiB.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_max_response_bytes(64 << 20);
+    /// ```
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// Check the options once, at connect, with a typed error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let bad = etcd_ha::Options::new().with_keepalive(Duration::from_secs(1), Duration::from_secs(1));
+    /// assert!(bad.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |option, reason| Err(Error::InvalidOptions { option, reason });
+        if self.connect_timeout.is_zero() {
+            return invalid("connect_timeout", "must be greater than zero");
+        }
+        if self.request_timeout.is_some_and(|t| t.is_zero()) {
+            return invalid("request_timeout", "must be greater than zero");
+        }
+        if let Some(interval) = self.keepalive_interval {
+            if interval < Duration::from_secs(5) {
+                return invalid(
+                    "keepalive",
+                    "interval must be at least 5 s: etcd closes connections that ping more often (GOAWAY too_many_pings)",
+                );
+            }
+            if self.keepalive_timeout.is_zero() {
+                return invalid("keepalive", "timeout must be greater than zero");
+            }
+        }
+        if self.max_request_bytes == 0 {
+            return invalid("max_request_bytes", "must be greater than zero");
+        }
+        if self.max_response_bytes == 0 {
+            return invalid("max_response_bytes", "must be greater than zero");
+        }
+        if let Some(c) = &self.credentials {
+            if c.user.is_empty() {
+                return invalid("user", "user name must not be empty");
+            }
+        }
+        if let Some(tls) = &self.tls {
+            if tls.client_cert.is_some() != tls.client_key.is_some() {
+                return invalid(
+                    "tls",
+                    "a client certificate and its key must be given together",
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("keepalive_timeout", &self.keepalive_timeout)
+            .field("credentials", &self.credentials)
+            .field("tls", &self.tls)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish()
+    }
+}
+
+/// A user name and password. `Debug` shows the user and hides the password.
+///
+/// ```
+/// let o = etcd_ha::Options::new().with_user("root", "hunter2");
+/// assert!(format!("{o:?}").contains("root"));
+/// assert!(!format!("{o:?}").contains("hunter2"));
+/// ```
+#[derive(Clone)]
+pub struct Credentials {
+    pub(crate) user: String,
+    pub(crate) password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// TLS settings (rustls). Server certificates are always verified: against `ca_file` when given,
+/// else against the system's roots.
+///
+/// ```
+/// let tls = etcd_ha::TlsOptions::new()
+///     .with_ca_file("/etc/etcd/ca.pem")
+///     .with_client_cert("/etc/etcd/client.pem", "/etc/etcd/client-key.pem")
+///     .with_server_name("etcd.internal");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// PEM file with the CA certificate(s) that signed the members' certificates.
+    pub(crate) ca_file: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS.
+    pub(crate) client_cert: Option<PathBuf>,
+    /// PEM private key of `client_cert`; `Debug` shows the path, never the key.
+    pub(crate) client_key: Option<PathBuf>,
+    /// Name to verify in the server certificate instead of the endpoint's host.
+    pub(crate) server_name: Option<String>,
+}
+
+impl TlsOptions {
+    /// No CA (system roots), no client certificate, host name from the endpoint.
+    ///
+    /// ```
+    /// let tls = etcd_ha::TlsOptions::new();
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trust the CA certificates in this PEM file.
+    ///
+    /// ```
+    /// let tls = etcd_ha::TlsOptions::new().with_ca_file("ca.pem");
+    /// ```
+    pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// Present this client certificate and key (PEM files) for mutual TLS.
+    ///
+    /// ```
+    /// let tls = etcd_ha::TlsOptions::new().with_client_cert("client.pem", "client-key.pem");
+    /// ```
+    pub fn with_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.client_cert = Some(cert.into());
+        self.client_key = Some(key.into());
+        self
+    }
+
+    /// Verify the server certificate against this name instead of the endpoint's host.
+    ///
+    /// ```
+    /// let tls = etcd_ha::TlsOptions::new().with_server_name("localhost");
+    /// ```
+    pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = Some(name.into());
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Options::default().validate().unwrap();
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let too_fast = Options::new().with_keepalive(Duration::from_secs(1), Duration::from_secs(1));
+        assert!(matches!(
+            too_fast.validate(),
+            Err(Error::InvalidOptions {
+                option: "keepalive",
+                ..
+            })
+        ));
+        let zero = Options::new().with_connect_timeout(Duration::ZERO);
+        assert!(zero.validate().is_err());
+        let half_mtls = Options::new().with_tls(TlsOptions {
+            client_cert: Some("c.pem".into()),
+            ..TlsOptions::default()
+        });
+        assert!(half_mtls.validate().is_err());
+    }
+
+    #[test]
+    fn debug_redacts_password() {
+        let o = Options::new().with_user("alice", "s3cr3t-pw");
+        let shown = format!("{o:?}");
+        assert!(shown.contains("alice"));
+        assert!(!shown.contains("s3cr3t-pw"));
+    }
+}
