@@ -63,7 +63,14 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
     if uri.path_and_query().is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty()) {
         return Err(invalid("etcd endpoints take no path or query"));
     }
-    let port = uri.port_u16().unwrap_or(DEFAULT_PORT);
+    // Read the port from the authority text: `Uri::port` silently drops one out of range.
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+    let port = match authority.rsplit_once(':') {
+        Some((_, p)) if !p.ends_with(']') => p
+            .parse::<u16>()
+            .map_err(|_| invalid("port is not a number from 1 to 65535"))?,
+        _ => DEFAULT_PORT,
+    };
     if port == 0 {
         return Err(invalid("port 0 is not a valid endpoint port"));
     }
