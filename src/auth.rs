@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::proto::authpb::{permission, Permission, UserAddOptions};
+use crate::proto::authpb::{Permission, UserAddOptions, permission};
 use crate::proto::etcdserverpb::*;
 use crate::transport::{Deadline, Target, Transport};
 
@@ -37,9 +37,12 @@ macro_rules! call {
     ($self:ident, $request:expr, $method:ident) => {
         $self
             .transport
-            .unary(Target::Any, Deadline::Default, $request, |c, r| async move {
-                c.auth().$method(r).await
-            })
+            .unary(
+                Target::Any,
+                Deadline::Default,
+                $request,
+                |c, r| async move { c.auth().$method(r).await },
+            )
             .await
     };
 }
@@ -183,7 +186,11 @@ impl Auth {
     /// # }
     /// ```
     pub async fn user_delete(&self, name: impl Into<String>) -> Result<AuthUserDeleteResponse> {
-        call!(self, AuthUserDeleteRequest { name: name.into() }, user_delete)
+        call!(
+            self,
+            AuthUserDeleteRequest { name: name.into() },
+            user_delete
+        )
     }
 
     /// Change a user's password.
@@ -292,7 +299,11 @@ impl Auth {
     /// # }
     /// ```
     pub async fn role_delete(&self, role: impl Into<String>) -> Result<AuthRoleDeleteResponse> {
-        call!(self, AuthRoleDeleteRequest { role: role.into() }, role_delete)
+        call!(
+            self,
+            AuthRoleDeleteRequest { role: role.into() },
+            role_delete
+        )
     }
 
     /// Let `role` read, write or both on `key`, or on `[key, range_end)` when `range_end` is

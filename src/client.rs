@@ -77,11 +77,13 @@ impl Client {
             .collect::<Result<Vec<_>>>()?;
         let timeout = options.connect_timeout;
         let transport = Transport::new(channels, options);
-        let first = first_contact(&transport).await.map_err(|source| Error::Connect {
-            endpoints: urls.clone(),
-            timeout,
-            source: Box::new(source),
-        })?;
+        let first = first_contact(&transport)
+            .await
+            .map_err(|source| Error::Connect {
+                endpoints: urls.clone(),
+                timeout,
+                source: Box::new(source),
+            })?;
         transport.prefer(first);
         if transport.options.credentials.is_some() {
             transport.renew_token(0).await?;

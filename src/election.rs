@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::proto::v3electionpb::{
-    CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse,
-    ProclaimRequest, ProclaimResponse, ResignRequest, ResignResponse,
+    CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,
+    ProclaimResponse, ResignRequest, ResignResponse,
 };
 use crate::stream::ResponseStream;
 use crate::transport::{Deadline, Target, Transport};
@@ -56,9 +56,12 @@ impl Election {
             value: value.into(),
         };
         self.transport
-            .unary(Target::Any, Deadline::Unbounded, request, |c, r| async move {
-                c.election().campaign(r).await
-            })
+            .unary(
+                Target::Any,
+                Deadline::Unbounded,
+                request,
+                |c, r| async move { c.election().campaign(r).await },
+            )
             .await
     }
 
@@ -70,7 +73,11 @@ impl Election {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn proclaim(&self, leader: LeaderKey, value: impl Into<Vec<u8>>) -> Result<ProclaimResponse> {
+    pub async fn proclaim(
+        &self,
+        leader: LeaderKey,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<ProclaimResponse> {
         let request = ProclaimRequest {
             leader: Some(leader),
             value: value.into(),
@@ -109,12 +116,18 @@ impl Election {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn observe(&self, name: impl Into<Vec<u8>>) -> Result<ResponseStream<LeaderResponse>> {
+    pub async fn observe(
+        &self,
+        name: impl Into<Vec<u8>>,
+    ) -> Result<ResponseStream<LeaderResponse>> {
         let request = LeaderRequest { name: name.into() };
         self.transport
-            .open_server_stream(Target::Any, Deadline::Unbounded, request, |c, r| async move {
-                c.election().observe(r).await
-            })
+            .open_server_stream(
+                Target::Any,
+                Deadline::Unbounded,
+                request,
+                |c, r| async move { c.election().observe(r).await },
+            )
             .await
     }
 

@@ -54,13 +54,19 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
         Some("http") if tls => {
             return Err(invalid(
                 "http:// endpoint while TLS options are set; use https://",
-            ))
+            ));
         }
         Some(s @ ("http" | "https")) => s,
         _ => return Err(invalid("scheme must be http or https")),
     };
-    let host = uri.host().filter(|h| !h.is_empty()).ok_or_else(|| invalid("missing host"))?;
-    if uri.path_and_query().is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty()) {
+    let host = uri
+        .host()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| invalid("missing host"))?;
+    if uri
+        .path_and_query()
+        .is_some_and(|p| p.as_str() != "/" && !p.as_str().is_empty())
+    {
         return Err(invalid("etcd endpoints take no path or query"));
     }
     // Read the port from the authority text: `Uri::port` silently drops one out of range.
@@ -78,7 +84,11 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
 }
 
 /// Build the lazily connected channel for one normalised URL.
-pub(crate) fn build(url: &str, options: &Options, tls: Option<&ClientTlsConfig>) -> Result<Endpoint> {
+pub(crate) fn build(
+    url: &str,
+    options: &Options,
+    tls: Option<&ClientTlsConfig>,
+) -> Result<Endpoint> {
     let invalid = |_| Error::InvalidEndpoint {
         endpoint: url.to_owned(),
         reason: "rejected by the transport",
@@ -148,15 +158,36 @@ mod tests {
 
     #[test]
     fn normalizes_common_forms() {
-        assert_eq!(normalize("127.0.0.1:2379", false).unwrap(), "http://127.0.0.1:2379");
-        assert_eq!(normalize("http://localhost", false).unwrap(), "http://localhost:2379");
-        assert_eq!(normalize("https://10.0.0.1:4001/", true).unwrap(), "https://10.0.0.1:4001");
-        assert_eq!(normalize("etcd-0:2379", true).unwrap(), "https://etcd-0:2379");
+        assert_eq!(
+            normalize("127.0.0.1:2379", false).unwrap(),
+            "http://127.0.0.1:2379"
+        );
+        assert_eq!(
+            normalize("http://localhost", false).unwrap(),
+            "http://localhost:2379"
+        );
+        assert_eq!(
+            normalize("https://10.0.0.1:4001/", true).unwrap(),
+            "https://10.0.0.1:4001"
+        );
+        assert_eq!(
+            normalize("etcd-0:2379", true).unwrap(),
+            "https://etcd-0:2379"
+        );
     }
 
     #[test]
     fn rejects_bad_endpoints() {
-        for bad in ["", "  ", "ftp://x:1", "http://", "http://h:1/v3/kv", "http://h:0", "not a url", "http://h:99999"] {
+        for bad in [
+            "",
+            "  ",
+            "ftp://x:1",
+            "http://",
+            "http://h:1/v3/kv",
+            "http://h:0",
+            "not a url",
+            "http://h:99999",
+        ] {
             assert!(
                 matches!(normalize(bad, false), Err(Error::InvalidEndpoint { .. })),
                 "{bad:?} should be rejected"

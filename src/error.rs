@@ -233,7 +233,7 @@ impl Error {
             "mvcc: required revision has been compacted" => {
                 return Error::Compacted {
                     compact_revision: None,
-                }
+                };
             }
             "mvcc: required revision is a future revision" => return Error::FutureRevision,
             "requested lease not found" => return Error::LeaseNotFound,
@@ -247,7 +247,7 @@ impl Error {
             "authentication failed, invalid user ID or password" => return Error::AuthFailed,
             // An old auth revision means the token predates a user/role change: renew it.
             "invalid auth token" | "revision of auth store is old" => {
-                return Error::InvalidAuthToken
+                return Error::InvalidAuthToken;
             }
             "user name is empty" => return Error::AuthRequired,
             "authentication is not enabled" => return Error::AuthNotEnabled,

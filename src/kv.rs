@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::proto::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnResponse,
 };
 use crate::transport::{Deadline, Target, Transport};
 use crate::txn::Txn;
@@ -508,11 +508,16 @@ mod tests {
 
     #[test]
     fn get_options_build_requests() {
-        let r = GetOptions::new().with_prefix().with_limit(3).into_request(b"k/".to_vec());
+        let r = GetOptions::new()
+            .with_prefix()
+            .with_limit(3)
+            .into_request(b"k/".to_vec());
         assert_eq!(r.key, b"k/");
         assert_eq!(r.range_end, b"k0");
         assert_eq!(r.limit, 3);
-        let r = GetOptions::new().with_from_key().into_request(b"m".to_vec());
+        let r = GetOptions::new()
+            .with_from_key()
+            .into_request(b"m".to_vec());
         assert_eq!(r.range_end, vec![0]);
         let r = GetOptions::new()
             .with_sort(SortTarget::Mod, SortOrder::Descend)
@@ -523,7 +528,10 @@ mod tests {
 
     #[test]
     fn delete_options_build_requests() {
-        let r = DeleteOptions::new().with_prefix().with_prev_kv().into_request(b"x".to_vec());
+        let r = DeleteOptions::new()
+            .with_prefix()
+            .with_prev_kv()
+            .into_request(b"x".to_vec());
         assert_eq!(r.range_end, b"y");
         assert!(r.prev_kv);
     }

@@ -81,13 +81,13 @@ pub use client::Client;
 pub use cluster::Cluster;
 pub use election::Election;
 pub use error::{Error, Result};
-pub use kv::{prefix_end, DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget};
+pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
 pub use lease::{Lease, LeaseKeeper};
 pub use lock::Lock;
 pub use maintenance::Maintenance;
 pub use options::{
-    Options, TlsOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
-    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT, Options, TlsOptions,
 };
 pub use stream::ResponseStream;
 pub use txn::{Compare, CompareOp, Txn, TxnOp};

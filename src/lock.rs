@@ -45,9 +45,12 @@ impl Lock {
             lease,
         };
         self.transport
-            .unary(Target::Any, Deadline::Unbounded, request, |c, r| async move {
-                c.lock().lock(r).await
-            })
+            .unary(
+                Target::Any,
+                Deadline::Unbounded,
+                request,
+                |c, r| async move { c.lock().lock(r).await },
+            )
             .await
     }
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
-    alarm_request::AlarmAction, downgrade_request::DowngradeAction, AlarmRequest, AlarmResponse,
-    AlarmType, DefragmentRequest, DefragmentResponse, DowngradeRequest, DowngradeResponse,
-    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
-    MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
+    AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
+    DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
+    MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest,
+    StatusResponse, alarm_request::AlarmAction, downgrade_request::DowngradeAction,
 };
 use crate::stream::ResponseStream;
 use crate::transport::{Deadline, Target, Transport};
@@ -58,7 +58,10 @@ impl Maintenance {
                 endpoint: endpoint.to_owned(),
                 reason: "not one of the client's endpoints",
             })?;
-        Ok(Maintenance::new(self.transport.clone(), Target::Member(index)))
+        Ok(Maintenance::new(
+            self.transport.clone(),
+            Target::Member(index),
+        ))
     }
 
     /// The member's status: version, db size, leader id, raft term and index, learner or not.
@@ -72,9 +75,12 @@ impl Maintenance {
     /// ```
     pub async fn status(&self) -> Result<StatusResponse> {
         self.transport
-            .unary(self.target, Deadline::Default, StatusRequest {}, |c, r| async move {
-                c.maintenance().status(r).await
-            })
+            .unary(
+                self.target,
+                Deadline::Default,
+                StatusRequest {},
+                |c, r| async move { c.maintenance().status(r).await },
+            )
             .await
     }
 
@@ -100,7 +106,11 @@ impl Maintenance {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn alarm_deactivate(&self, member_id: u64, alarm: AlarmType) -> Result<AlarmResponse> {
+    pub async fn alarm_deactivate(
+        &self,
+        member_id: u64,
+        alarm: AlarmType,
+    ) -> Result<AlarmResponse> {
         self.alarm(AlarmAction::Deactivate, member_id, alarm).await
     }
 
@@ -117,7 +127,12 @@ impl Maintenance {
         self.alarm(AlarmAction::Activate, member_id, alarm).await
     }
 
-    async fn alarm(&self, action: AlarmAction, member_id: u64, alarm: AlarmType) -> Result<AlarmResponse> {
+    async fn alarm(
+        &self,
+        action: AlarmAction,
+        member_id: u64,
+        alarm: AlarmType,
+    ) -> Result<AlarmResponse> {
         let request = AlarmRequest {
             action: action as i32,
             member_id,
@@ -144,9 +159,12 @@ impl Maintenance {
     pub async fn defragment(&self) -> Result<DefragmentResponse> {
         // Defragmenting a large db takes minutes: no client deadline.
         self.transport
-            .unary(self.target, Deadline::Unbounded, DefragmentRequest {}, |c, r| async move {
-                c.maintenance().defragment(r).await
-            })
+            .unary(
+                self.target,
+                Deadline::Unbounded,
+                DefragmentRequest {},
+                |c, r| async move { c.maintenance().defragment(r).await },
+            )
             .await
     }
 
@@ -160,9 +178,12 @@ impl Maintenance {
     /// ```
     pub async fn hash(&self) -> Result<HashResponse> {
         self.transport
-            .unary(self.target, Deadline::Default, HashRequest {}, |c, r| async move {
-                c.maintenance().hash(r).await
-            })
+            .unary(
+                self.target,
+                Deadline::Default,
+                HashRequest {},
+                |c, r| async move { c.maintenance().hash(r).await },
+            )
             .await
     }
 
@@ -211,7 +232,11 @@ impl Maintenance {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn downgrade(&self, action: DowngradeAction, version: impl Into<String>) -> Result<DowngradeResponse> {
+    pub async fn downgrade(
+        &self,
+        action: DowngradeAction,
+        version: impl Into<String>,
+    ) -> Result<DowngradeResponse> {
         let request = DowngradeRequest {
             action: action as i32,
             version: version.into(),
@@ -235,9 +260,12 @@ impl Maintenance {
     /// ```
     pub async fn snapshot(&self) -> Result<ResponseStream<SnapshotResponse>> {
         self.transport
-            .open_server_stream(self.target, Deadline::Default, SnapshotRequest {}, |c, r| async move {
-                c.maintenance().snapshot(r).await
-            })
+            .open_server_stream(
+                self.target,
+                Deadline::Default,
+                SnapshotRequest {},
+                |c, r| async move { c.maintenance().snapshot(r).await },
+            )
             .await
     }
 }

@@ -355,7 +355,8 @@ mod tests {
 
     #[test]
     fn rejects_bad_values() {
-        let too_fast = Options::new().with_keepalive(Duration::from_secs(1), Duration::from_secs(1));
+        let too_fast =
+            Options::new().with_keepalive(Duration::from_secs(1), Duration::from_secs(1));
         assert!(matches!(
             too_fast.validate(),
             Err(Error::InvalidOptions {

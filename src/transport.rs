@@ -4,20 +4,20 @@
 //! *how*. It is the single place where `tonic::Status` becomes [`Error`].
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tonic::transport::Channel;
 use tonic::Request;
+use tonic::transport::Channel;
 
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::proto::etcdserverpb::{
-    auth_client::AuthClient, cluster_client::ClusterClient, kv_client::KvClient,
-    lease_client::LeaseClient, maintenance_client::MaintenanceClient, watch_client::WatchClient,
-    AuthenticateRequest,
+    AuthenticateRequest, auth_client::AuthClient, cluster_client::ClusterClient,
+    kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
+    watch_client::WatchClient,
 };
 use crate::proto::v3electionpb::election_client::ElectionClient;
 use crate::proto::v3lockpb::lock_client::LockClient;
@@ -209,7 +209,9 @@ impl Transport {
     where
         M: Fn() -> Body,
         F: Fn(Conn, Request<Body>) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>>,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
     {
         let mut renewed = false;
         loop {
@@ -218,7 +220,9 @@ impl Transport {
             let generation = self.decorate(&mut request);
             let open = call(conn, request);
             let result = match self.timeout(deadline) {
-                Some(t) => tokio::time::timeout(t, open).await.map_err(|_| Error::Timeout)?,
+                Some(t) => tokio::time::timeout(t, open)
+                    .await
+                    .map_err(|_| Error::Timeout)?,
                 None => open.await,
             };
             match result {
@@ -257,7 +261,10 @@ impl Transport {
             let mut auth = conn.auth();
             let call = auth.authenticate(Request::new(message.clone()));
             // Authenticate hashes the password with bcrypt on the server: allow it some time.
-            let limit = self.options.request_timeout.unwrap_or(self.options.connect_timeout * 2);
+            let limit = self
+                .options
+                .request_timeout
+                .unwrap_or(self.options.connect_timeout * 2);
             let result = tokio::time::timeout(limit, call).await;
             match result {
                 Ok(Ok(response)) => {
@@ -304,7 +311,9 @@ impl Transport {
     where
         Req: Clone + Send + 'static,
         F: Fn(Conn, Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>>,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
     {
         // Each attempt needs its own channel; keep the sender of the attempt that opened.
         let sender = std::sync::Mutex::new(None);
@@ -320,7 +329,8 @@ impl Transport {
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
             .expect("make ran before the stream opened");
-        let stream = crate::stream::ResponseStream::new(streaming, self.endpoints[index].url.clone());
+        let stream =
+            crate::stream::ResponseStream::new(streaming, self.endpoints[index].url.clone());
         Ok((tx, stream))
     }
 
@@ -335,7 +345,9 @@ impl Transport {
     where
         Req: Clone,
         F: Fn(Conn, Request<Req>) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>>,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
     {
         let (index, streaming) = self
             .open_stream(target, deadline, || message.clone(), call)

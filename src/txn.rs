@@ -2,8 +2,9 @@
 
 use crate::kv::{DeleteOptions, GetOptions, PutOptions};
 use crate::proto::etcdserverpb::{
+    Compare as RawCompare, RequestOp, TxnRequest,
     compare::{CompareResult, CompareTarget, TargetUnion},
-    request_op, Compare as RawCompare, RequestOp, TxnRequest,
+    request_op,
 };
 
 /// How a compare relates the key's field to the given operand.
@@ -48,7 +49,12 @@ impl CompareOp {
 pub struct Compare(RawCompare);
 
 impl Compare {
-    fn new(key: impl Into<Vec<u8>>, op: CompareOp, target: CompareTarget, operand: TargetUnion) -> Self {
+    fn new(
+        key: impl Into<Vec<u8>>,
+        op: CompareOp,
+        target: CompareTarget,
+        operand: TargetUnion,
+    ) -> Self {
         Compare(RawCompare {
             result: op.raw() as i32,
             target: target as i32,
@@ -64,7 +70,12 @@ impl Compare {
     /// let c = etcd_ha::Compare::value("k", etcd_ha::CompareOp::Equal, "v");
     /// ```
     pub fn value(key: impl Into<Vec<u8>>, op: CompareOp, value: impl Into<Vec<u8>>) -> Self {
-        Self::new(key, op, CompareTarget::Value, TargetUnion::Value(value.into()))
+        Self::new(
+            key,
+            op,
+            CompareTarget::Value,
+            TargetUnion::Value(value.into()),
+        )
     }
 
     /// Compare the key's version (number of writes since creation; 0 when absent).
@@ -73,7 +84,12 @@ impl Compare {
     /// let c = etcd_ha::Compare::version("k", etcd_ha::CompareOp::Equal, 0);
     /// ```
     pub fn version(key: impl Into<Vec<u8>>, op: CompareOp, version: i64) -> Self {
-        Self::new(key, op, CompareTarget::Version, TargetUnion::Version(version))
+        Self::new(
+            key,
+            op,
+            CompareTarget::Version,
+            TargetUnion::Version(version),
+        )
     }
 
     /// Compare the revision at which the key was created.
@@ -82,7 +98,12 @@ impl Compare {
     /// let c = etcd_ha::Compare::create_revision("k", etcd_ha::CompareOp::Equal, 0);
     /// ```
     pub fn create_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Self {
-        Self::new(key, op, CompareTarget::Create, TargetUnion::CreateRevision(revision))
+        Self::new(
+            key,
+            op,
+            CompareTarget::Create,
+            TargetUnion::CreateRevision(revision),
+        )
     }
 
     /// Compare the revision of the key's last modification.
@@ -91,7 +112,12 @@ impl Compare {
     /// let c = etcd_ha::Compare::mod_revision("k", etcd_ha::CompareOp::Less, 10);
     /// ```
     pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Self {
-        Self::new(key, op, CompareTarget::Mod, TargetUnion::ModRevision(revision))
+        Self::new(
+            key,
+            op,
+            CompareTarget::Mod,
+            TargetUnion::ModRevision(revision),
+        )
     }
 
     /// Compare the lease the key is attached to (0 for none).
@@ -168,7 +194,9 @@ impl TxnOp {
     /// ```
     pub fn get(key: impl Into<Vec<u8>>, options: GetOptions) -> Self {
         TxnOp(RequestOp {
-            request: Some(request_op::Request::RequestRange(options.into_request(key.into()))),
+            request: Some(request_op::Request::RequestRange(
+                options.into_request(key.into()),
+            )),
         })
     }
 
@@ -227,7 +255,9 @@ impl Txn {
     /// let txn = etcd_ha::Txn::new().when([etcd_ha::Compare::version("k", etcd_ha::CompareOp::Equal, 0)]);
     /// ```
     pub fn when(mut self, compares: impl IntoIterator<Item = Compare>) -> Self {
-        self.request.compare.extend(compares.into_iter().map(|c| c.0));
+        self.request
+            .compare
+            .extend(compares.into_iter().map(|c| c.0));
         self
     }
 

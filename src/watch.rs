@@ -7,8 +7,8 @@ use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
-    watch_create_request::FilterType, watch_request::RequestUnion, WatchCancelRequest,
-    WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
+    WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
+    watch_create_request::FilterType, watch_request::RequestUnion,
 };
 use crate::stream::ResponseStream;
 use crate::transport::{Deadline, Target, Transport};

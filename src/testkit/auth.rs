@@ -1,0 +1,55 @@
+//! Turns on etcd authentication: creates the root user and role, grants it, and enables auth.
+
+use tonic::transport::ClientTlsConfig;
+
+use crate::proto::etcdserverpb::auth_client::AuthClient;
+use crate::proto::etcdserverpb::{
+    AuthEnableRequest, AuthRoleAddRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
+};
+
+use super::member::Member;
+use super::{TestkitError, probe};
+
+/// Creates `user` with `password`, gives it the `root` role and enables auth, through `member`.
+///
+/// etcd only enables auth when a user named "root" holding the "root" role exists, so `user`
+/// is normally "root"; other names make AuthEnable fail with etcd's own error.
+pub(crate) async fn enable(
+    member: &Member,
+    tls: Option<&ClientTlsConfig>,
+    user: &str,
+    password: &str,
+) -> Result<(), TestkitError> {
+    let channel = probe::connect(&member.client_url, tls).await?;
+    let mut auth = AuthClient::new(channel);
+    let rpc_error = |rpc: &'static str| {
+        let member = member.name.clone();
+        move |source| TestkitError::Rpc {
+            rpc,
+            member,
+            source,
+        }
+    };
+    auth.user_add(AuthUserAddRequest {
+        name: user.to_string(),
+        password: password.to_string(),
+        ..Default::default()
+    })
+    .await
+    .map_err(rpc_error("UserAdd"))?;
+    auth.role_add(AuthRoleAddRequest {
+        name: "root".to_string(),
+    })
+    .await
+    .map_err(rpc_error("RoleAdd"))?;
+    auth.user_grant_role(AuthUserGrantRoleRequest {
+        user: user.to_string(),
+        role: "root".to_string(),
+    })
+    .await
+    .map_err(rpc_error("UserGrantRole"))?;
+    auth.auth_enable(AuthEnableRequest {})
+        .await
+        .map_err(rpc_error("AuthEnable"))?;
+    Ok(())
+}

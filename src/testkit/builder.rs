@@ -1,0 +1,390 @@
+//! Options for a test cluster, and the start sequence: binary, directories, ports, flags, boot, auth.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tonic::transport::ClientTlsConfig;
+
+use super::cluster::{is_port_taken, member_dir};
+use super::member::Member;
+use super::tls::DEFAULT_CLIENT_CN;
+use super::{Cluster, TestkitError, TlsFiles, auth, binary, ports, wait};
+
+/// How many times a cluster start is tried with fresh ports when a member could not bind one
+/// (another process took a port between our probe and etcd's bind).
+const START_ATTEMPTS: usize = 3;
+
+/// Default time a start or restart may take. A 3-member cluster is usually ready in 1–2 s; the
+/// margin covers a loaded CI machine and etcd 3.4's slower first election.
+const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Options for [`Cluster`]; defaults: 1 member, plain http, no auth, etcd's own timings.
+///
+/// # Example
+///
+/// ```no_run
+/// use etcd_ha::testkit::Cluster;
+///
+/// # async fn demo() {
+/// let cluster = Cluster::builder()
+///     .members(3)
+///     .heartbeat_ms(50)
+///     .election_ms(500)
+///     .arg("--quota-backend-bytes=1073741824")
+///     .start()
+///     .await
+///     .unwrap();
+/// # drop(cluster);
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    /// Number of members (at least 1).
+    members: usize,
+    /// Serve clients over https with generated certificates.
+    tls: bool,
+    /// Require client certificates (implies `tls`).
+    client_cert_auth: bool,
+    /// CN of the generated client certificate.
+    client_cert_cn: String,
+    /// Root user and password to create before enabling auth.
+    auth: Option<(String, String)>,
+    /// `--heartbeat-interval` in ms; `None` = etcd's default (100).
+    heartbeat_ms: Option<u64>,
+    /// `--election-timeout` in ms; `None` = etcd's default (1000).
+    election_ms: Option<u64>,
+    /// Extra flags appended to every member's command line.
+    extra_args: Vec<OsString>,
+    /// How long the start (and later restarts) may take.
+    ready_timeout: Duration,
+}
+
+impl Default for ClusterBuilder {
+    fn default() -> Self {
+        ClusterBuilder {
+            members: 1,
+            tls: false,
+            client_cert_auth: false,
+            client_cert_cn: DEFAULT_CLIENT_CN.to_string(),
+            auth: None,
+            heartbeat_ms: None,
+            election_ms: None,
+            extra_args: Vec::new(),
+            ready_timeout: DEFAULT_READY_TIMEOUT,
+        }
+    }
+}
+
+impl ClusterBuilder {
+    /// Number of members; 1 or 3 are the usual choices. Default 1.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().members(3).start().await.unwrap();
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub fn members(mut self, members: usize) -> Self {
+        self.members = members;
+        self
+    }
+
+    /// Serve clients over https, with a generated CA and a server certificate for 127.0.0.1 and
+    /// localhost. Peers keep talking plain http. Default false.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().tls(true).start().await.unwrap();
+    /// assert!(cluster.tls().is_some());
+    /// # }
+    /// ```
+    pub fn tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Require a client certificate signed by the cluster's CA (`--client-cert-auth`); turns on
+    /// TLS. Default false.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().client_cert_auth(true).start().await.unwrap();
+    /// assert!(cluster.tls().is_some());
+    /// # }
+    /// ```
+    pub fn client_cert_auth(mut self, on: bool) -> Self {
+        self.client_cert_auth = on;
+        self
+    }
+
+    /// Common name of the generated client certificate. Default "etcd-ha-testkit-client".
+    ///
+    /// With client-cert auth and auth enabled, etcd takes this CN as the user of requests
+    /// without a token: set it to "root" to test certificate-based authentication.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .client_cert_auth(true)
+    ///     .client_cert_cn("root")
+    ///     .auth("root", "rootpw")
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub fn client_cert_cn(mut self, cn: impl Into<String>) -> Self {
+        self.client_cert_cn = cn.into();
+        self
+    }
+
+    /// Enable etcd auth once the cluster is up: create `user` (normally "root", which etcd
+    /// requires) with `password`, grant it the root role, then AuthEnable. Default off.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().auth("root", "rootpw").start().await.unwrap();
+    /// assert_eq!(cluster.auth(), Some(("root", "rootpw")));
+    /// # }
+    /// ```
+    pub fn auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.auth = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Raft heartbeat interval in milliseconds (`--heartbeat-interval`). Default: etcd's, 100.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().heartbeat_ms(50).election_ms(500).start().await.unwrap();
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub fn heartbeat_ms(mut self, ms: u64) -> Self {
+        self.heartbeat_ms = Some(ms);
+        self
+    }
+
+    /// Raft election timeout in milliseconds (`--election-timeout`), at least 5x the heartbeat.
+    /// Default: etcd's, 1000.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().election_ms(500).heartbeat_ms(50).start().await.unwrap();
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub fn election_ms(mut self, ms: u64) -> Self {
+        self.election_ms = Some(ms);
+        self
+    }
+
+    /// One extra flag for every member, e.g. `"--auto-compaction-retention=1"`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().arg("--max-txn-ops=256").start().await.unwrap();
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+
+    /// How long the start, and later restarts, may take. Default 30 s.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// use std::time::Duration;
+    /// let cluster = etcd_ha::testkit::Cluster::builder().ready_timeout(Duration::from_secs(60)).start().await.unwrap();
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub fn ready_timeout(mut self, timeout: Duration) -> Self {
+        self.ready_timeout = timeout;
+        self
+    }
+
+    /// Finds (or provisions) etcd, starts the members and waits until they agree on a leader,
+    /// then enables auth if asked.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().members(3).start().await.unwrap();
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub async fn start(self) -> Result<Cluster, TestkitError> {
+        if self.members == 0 {
+            return Err(TestkitError::NoMembers);
+        }
+        // Finding etcd may mean downloading it: keep that off the async worker threads.
+        let (binary, version) = tokio::task::spawn_blocking(|| {
+            let binary = binary::etcd_binary()?;
+            let version = binary::etcd_version(&binary)?;
+            Ok::<_, TestkitError>((binary, version))
+        })
+        .await
+        .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?;
+
+        let dir = tempfile::Builder::new()
+            .prefix("etcd-ha-testkit-")
+            .tempdir()
+            .map_err(|e| TestkitError::io("create temp dir in", std::env::temp_dir(), e))?;
+        let tls = if self.tls || self.client_cert_auth {
+            Some(TlsFiles::generate(dir.path(), &self.client_cert_cn)?)
+        } else {
+            None
+        };
+        let client_tls = tls.as_ref().map(TlsFiles::client_tls_config).transpose()?;
+
+        let mut attempt = 1;
+        let members = loop {
+            let members = self.layout(dir.path(), &binary, tls.as_ref())?;
+            match boot(&members, client_tls.as_ref(), self.ready_timeout).await {
+                Ok(()) => break members,
+                Err(e) if is_port_taken(&e) && attempt < START_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some((user, password)) = &self.auth {
+            auth::enable(&members[0], client_tls.as_ref(), user, password).await?;
+        }
+        Ok(Cluster {
+            members,
+            version,
+            tls,
+            client_tls,
+            auth: self.auth,
+            ready_timeout: self.ready_timeout,
+            dir,
+        })
+    }
+
+    /// Fresh member directories, ports and command lines for one start attempt.
+    fn layout(
+        &self,
+        dir: &Path,
+        binary: &Path,
+        tls: Option<&TlsFiles>,
+    ) -> Result<Vec<Member>, TestkitError> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let names: Vec<String> = (0..self.members).map(|i| format!("m{i}")).collect();
+        let mut client_ports = Vec::new();
+        let mut peer_urls = Vec::new();
+        for _ in &names {
+            client_ports.push(ports::free_port()?);
+            peer_urls.push(format!("http://127.0.0.1:{}", ports::free_port()?));
+        }
+        let initial_cluster = names
+            .iter()
+            .zip(&peer_urls)
+            .map(|(name, url)| format!("{name}={url}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = cluster_token();
+
+        let mut members = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let member_dir = member_dir(dir, name);
+            // A previous attempt may have left a half-initialised data dir behind.
+            if member_dir.exists() {
+                std::fs::remove_dir_all(&member_dir)
+                    .map_err(|e| TestkitError::io("remove member dir", &member_dir, e))?;
+            }
+            std::fs::create_dir_all(&member_dir)
+                .map_err(|e| TestkitError::io("create member dir", &member_dir, e))?;
+            let client_url = format!("{scheme}://127.0.0.1:{}", client_ports[i]);
+            let data_dir = member_dir.join("data");
+            let mut args: Vec<OsString> = Vec::new();
+            let mut flag = |name: &str, value: OsString| {
+                args.push(format!("--{name}").into());
+                args.push(value);
+            };
+            flag("name", name.into());
+            flag("data-dir", data_dir.into());
+            flag("listen-client-urls", client_url.clone().into());
+            flag("advertise-client-urls", client_url.clone().into());
+            flag("listen-peer-urls", peer_urls[i].clone().into());
+            flag("initial-advertise-peer-urls", peer_urls[i].clone().into());
+            flag("initial-cluster", initial_cluster.clone().into());
+            flag("initial-cluster-state", "new".into());
+            flag("initial-cluster-token", token.clone().into());
+            // zap is 3.5's default; on 3.4 it replaces capnslog, which warns about its own
+            // deprecation on every start. Errors only: the log is for post-mortems.
+            flag("logger", "zap".into());
+            flag("log-level", "error".into());
+            if let Some(ms) = self.heartbeat_ms {
+                flag("heartbeat-interval", ms.to_string().into());
+            }
+            if let Some(ms) = self.election_ms {
+                flag("election-timeout", ms.to_string().into());
+            }
+            if let Some(tls) = tls {
+                flag("cert-file", tls.server_cert.clone().into());
+                flag("key-file", tls.server_key.clone().into());
+                if self.client_cert_auth {
+                    flag("trusted-ca-file", tls.ca.clone().into());
+                    args.push("--client-cert-auth".into());
+                }
+            }
+            args.extend(self.extra_args.iter().cloned());
+            members.push(Member::new(
+                name.clone(),
+                &member_dir,
+                PathBuf::from(binary),
+                client_url,
+                client_ports[i],
+                args,
+            ));
+        }
+        Ok(members)
+    }
+}
+
+/// Starts every member, then waits for the cluster to agree on a leader. On failure the members
+/// are killed when the caller drops them.
+async fn boot(
+    members: &[Member],
+    tls: Option<&ClientTlsConfig>,
+    limit: Duration,
+) -> Result<(), TestkitError> {
+    for member in members {
+        member.spawn()?;
+    }
+    wait::agreed_leader_of(members, tls, "cluster ready", limit)
+        .await
+        .map(drop)
+}
+
+/// A token unique to each cluster start, so members of different test clusters can never
+/// mistake each other for peers (etcd refuses peers whose token differs).
+fn cluster_token() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("etcd-ha-testkit-{}-{n}", std::process::id())
+}

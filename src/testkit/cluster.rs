@@ -1,0 +1,486 @@
+//! A running etcd cluster of real processes: where its members are, who leads, and the faults to inject.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use tonic::transport::ClientTlsConfig;
+
+use super::member::Member;
+use super::{ClusterBuilder, TestkitError, TlsFiles, probe, wait};
+
+/// How many times a member is started again when its port turned out to be taken (by a
+/// connection that grabbed it as an ephemeral port while the member was down).
+const BIND_ATTEMPTS: usize = 3;
+
+/// Pause before such a retry, so the transient connection can go away.
+const BIND_RETRY_PAUSE: Duration = Duration::from_millis(300);
+
+/// A real etcd cluster on 127.0.0.1, with its own temporary data directories.
+///
+/// Members are indexed `0..len()` and named "m0", "m1", .... Dropping the cluster SIGKILLs every
+/// member and removes its directory, also when the test panics; if the whole test process dies,
+/// Linux kills the members too (see the `spawner` module).
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use etcd_ha::testkit::Cluster;
+///
+/// # async fn demo() {
+/// let mut cluster = Cluster::start(3).await.unwrap();
+/// let leader = cluster.leader(Duration::from_secs(10)).await.unwrap();
+/// cluster.kill(leader);
+/// let next = cluster.leader(Duration::from_secs(10)).await.unwrap();
+/// assert_ne!(leader, next);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Cluster {
+    /// The members, running or not. Declared before `dir` so that, even without our `Drop`,
+    /// the processes die before their directories are removed.
+    pub(crate) members: Vec<Member>,
+    /// What `etcd --version` reported, so tests can adapt to 3.4 vs 3.5.
+    pub(crate) version: String,
+    /// The certificate files, for TLS clusters.
+    pub(crate) tls: Option<TlsFiles>,
+    /// The client TLS config built from `tls`, used by our own probes.
+    pub(crate) client_tls: Option<ClientTlsConfig>,
+    /// Root user and password, for clusters with auth enabled.
+    pub(crate) auth: Option<(String, String)>,
+    /// How long starts and restarts may take before they count as failed.
+    pub(crate) ready_timeout: Duration,
+    /// Holds every member's data dir and log, and the certificates; removed on drop.
+    pub(crate) dir: TempDir,
+}
+
+impl Cluster {
+    /// Starts a plain-http cluster of `members` members without auth and waits for a leader.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(1).await.unwrap();
+    /// assert!(cluster.endpoint(0).starts_with("http://127.0.0.1:"));
+    /// # }
+    /// ```
+    pub async fn start(members: usize) -> Result<Cluster, TestkitError> {
+        Cluster::builder().members(members).start().await
+    }
+
+    /// A builder for TLS, auth, more members or extra etcd flags.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .members(3)
+    ///     .tls(true)
+    ///     .client_cert_auth(true)
+    ///     .auth("root", "rootpw")
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(cluster.auth(), Some(("root", "rootpw")));
+    /// # }
+    /// ```
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
+    }
+
+    /// The client URLs of all members, in member order.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// assert_eq!(cluster.endpoints().len(), 3);
+    /// # }
+    /// ```
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client_url.clone()).collect()
+    }
+
+    /// The client URL of member `i`, e.g. "http://127.0.0.1:40123". Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().tls(true).start().await.unwrap();
+    /// assert!(cluster.endpoint(0).starts_with("https://127.0.0.1:"));
+    /// # }
+    /// ```
+    pub fn endpoint(&self, i: usize) -> String {
+        self.members[i].client_url.clone()
+    }
+
+    /// The number of members, running or not.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// assert_eq!(cluster.len(), 3);
+    /// # }
+    /// ```
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Always false: a cluster has at least one member. (Here for clippy's `len` convention.)
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// assert!(!etcd_ha::testkit::Cluster::start(1).await.unwrap().is_empty());
+    /// # }
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The etcd name of member `i`: "m0", "m1", .... Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// assert_eq!(cluster.member_name(2), "m2");
+    /// # }
+    /// ```
+    pub fn member_name(&self, i: usize) -> &str {
+        &self.members[i].name
+    }
+
+    /// The pid of member `i`, or `None` while it is killed. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let mut cluster = etcd_ha::testkit::Cluster::start(1).await.unwrap();
+    /// assert!(cluster.pid(0).is_some());
+    /// cluster.kill(0);
+    /// assert!(cluster.pid(0).is_none());
+    /// # }
+    /// ```
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].pid()
+    }
+
+    /// The raft member id of member `i` (Status `header.member_id`); remembered once learnt, so
+    /// it is also known while the member is down.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// assert_ne!(cluster.member_id(0).await.unwrap(), cluster.member_id(1).await.unwrap());
+    /// # }
+    /// ```
+    pub async fn member_id(&self, i: usize) -> Result<u64, TestkitError> {
+        let member = &self.members[i];
+        if let Some(id) = member.id.get() {
+            return Ok(*id);
+        }
+        if !member.is_live() {
+            return Err(TestkitError::MemberNotRunning {
+                member: member.name.clone(),
+            });
+        }
+        let response = probe::status(member, self.client_tls.as_ref()).await?;
+        Ok(response.header.map_or(0, |h| h.member_id))
+    }
+
+    /// The index of the leader, once every live (not killed, not frozen) member reports the same
+    /// live leader; polls until then or until `timeout`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// let leader = cluster.leader(std::time::Duration::from_secs(10)).await.unwrap();
+    /// println!("leader: {}", cluster.member_name(leader));
+    /// # }
+    /// ```
+    pub async fn leader(&self, timeout: Duration) -> Result<usize, TestkitError> {
+        wait::agreed_leader_of(
+            &self.members,
+            self.client_tls.as_ref(),
+            "an agreed leader",
+            timeout,
+        )
+        .await
+    }
+
+    /// Waits until every live member answers Status and all agree on a leader.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// cluster.stop(1);
+    /// cluster.cont(1);
+    /// cluster.wait_ready(std::time::Duration::from_secs(10)).await.unwrap();
+    /// # }
+    /// ```
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), TestkitError> {
+        wait::agreed_leader_of(
+            &self.members,
+            self.client_tls.as_ref(),
+            "cluster ready",
+            timeout,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// SIGKILLs member `i` and reaps it; a no-op if it is already down. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let mut cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// cluster.kill(0);
+    /// # }
+    /// ```
+    pub fn kill(&mut self, i: usize) {
+        self.members[i].kill();
+    }
+
+    /// Freezes member `i` with SIGSTOP: its sockets stay open but it answers nothing, like a
+    /// hung machine. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// cluster.stop(0);
+    /// // ... requests to member 0 now hang ...
+    /// cluster.cont(0);
+    /// # }
+    /// ```
+    pub fn stop(&self, i: usize) {
+        self.members[i].stop();
+    }
+
+    /// Thaws member `i` with SIGCONT after [`stop`](Self::stop). Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(1).await.unwrap();
+    /// cluster.stop(0);
+    /// cluster.cont(0);
+    /// # }
+    /// ```
+    pub fn cont(&self, i: usize) {
+        self.members[i].cont();
+    }
+
+    /// Kills member `i` if it runs, then starts it again with the same data dir, ports and flags.
+    ///
+    /// Returns once the member serves clients if a quorum of members is live with it; otherwise
+    /// (it cannot serve alone) once its process has bound its ports: start the others, then
+    /// call [`wait_ready`](Self::wait_ready).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let mut cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// cluster.restart(1).await.unwrap();
+    /// assert!(cluster.pid(1).is_some());
+    /// # }
+    /// ```
+    pub async fn restart(&mut self, i: usize) -> Result<(), TestkitError> {
+        self.members[i].kill();
+        self.launch(i).await?;
+        let live = self.members.iter().filter(|m| m.is_live()).count();
+        if live > self.members.len() / 2 {
+            let tls = self.client_tls.as_ref();
+            wait::serving(&self.members[i], tls, self.ready_timeout).await?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs every member and reaps them all.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let mut cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// cluster.kill_all();
+    /// cluster.start_all().await.unwrap();
+    /// # }
+    /// ```
+    pub fn kill_all(&mut self) {
+        for member in &self.members {
+            member.kill();
+        }
+    }
+
+    /// Starts every killed member (all at once, as after a power loss) and waits until the
+    /// cluster is ready again.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let mut cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// cluster.kill_all();
+    /// cluster.start_all().await.unwrap();
+    /// cluster.leader(std::time::Duration::from_secs(10)).await.unwrap();
+    /// # }
+    /// ```
+    pub async fn start_all(&mut self) -> Result<(), TestkitError> {
+        let down: Vec<usize> = (0..self.len()).filter(|&i| self.pid(i).is_none()).collect();
+        // Spawn all before waiting on any: a member blocks until it sees a quorum.
+        for &i in &down {
+            self.members[i].spawn()?;
+        }
+        for &i in &down {
+            if let Err(e) = wait::bound(&self.members[i], self.ready_timeout).await {
+                if !is_port_taken(&e) {
+                    return Err(e);
+                }
+                self.launch(i).await?;
+            }
+        }
+        self.wait_ready(self.ready_timeout).await
+    }
+
+    /// The certificate files, for a cluster built with `tls(true)`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().tls(true).start().await.unwrap();
+    /// println!("CA at {}", cluster.tls().unwrap().ca.display());
+    /// # }
+    /// ```
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
+    /// The root user and password, for a cluster built with `auth(..)`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().auth("root", "pw").start().await.unwrap();
+    /// assert_eq!(cluster.auth(), Some(("root", "pw")));
+    /// # }
+    /// ```
+    pub fn auth(&self) -> Option<(&str, &str)> {
+        self.auth.as_ref().map(|(u, p)| (u.as_str(), p.as_str()))
+    }
+
+    /// Member `i`'s etcd `--data-dir`. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(1).await.unwrap();
+    /// assert!(cluster.data_dir(0).join("member").exists());
+    /// # }
+    /// ```
+    pub fn data_dir(&self, i: usize) -> &Path {
+        &self.members[i].data_dir
+    }
+
+    /// Member `i`'s log file (its stdout and stderr, across restarts). Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(1).await.unwrap();
+    /// println!("{}", std::fs::read_to_string(cluster.log_path(0)).unwrap());
+    /// # }
+    /// ```
+    pub fn log_path(&self, i: usize) -> &Path {
+        &self.members[i].log
+    }
+
+    /// The cluster's temporary directory: member dirs, logs and certificates live under it.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(1).await.unwrap();
+    /// let dir = cluster.dir().to_path_buf();
+    /// drop(cluster);
+    /// assert!(!dir.exists());
+    /// # }
+    /// ```
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The etcd version the members run, e.g. "3.5.1" (from `etcd --version`).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(1).await.unwrap();
+    /// if cluster.etcd_version().starts_with("3.4.") { /* no hashed passwords, ... */ }
+    /// # }
+    /// ```
+    pub fn etcd_version(&self) -> &str {
+        &self.version
+    }
+
+    /// Spawns member `i` and waits until it has bound its ports, retrying if a port was taken.
+    async fn launch(&self, i: usize) -> Result<(), TestkitError> {
+        let member = &self.members[i];
+        let mut attempt = 1;
+        loop {
+            member.spawn()?;
+            match wait::bound(member, self.ready_timeout).await {
+                Err(e) if is_port_taken(&e) && attempt < BIND_ATTEMPTS => {
+                    attempt += 1;
+                    tokio::time::sleep(BIND_RETRY_PAUSE).await;
+                }
+                result => return result,
+            }
+        }
+    }
+}
+
+/// True if a member exited because one of its ports was in use.
+pub(crate) fn is_port_taken(error: &TestkitError) -> bool {
+    matches!(error, TestkitError::MemberExited { log_tail, .. } if log_tail.contains("address already in use"))
+}
+
+impl Drop for Cluster {
+    /// SIGKILL and reap every member before `dir` is removed; never panics.
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// Where the members of a cluster rooted at `dir` keep their files: `<dir>/mN/`.
+pub(crate) fn member_dir(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}

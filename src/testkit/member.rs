@@ -1,0 +1,189 @@
+//! One etcd member process: its flags, directories and ports, and how to start, signal and kill it.
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use super::{TestkitError, spawner};
+
+/// How much of a member's log an error shows: enough for etcd's fatal message and its context.
+const LOG_TAIL_BYTES: u64 = 4096;
+
+/// A member of a testkit cluster, running or not.
+#[derive(Debug)]
+pub(crate) struct Member {
+    /// "m0", "m1", ...: the etcd `--name`, also used in errors.
+    pub(crate) name: String,
+    /// etcd's `--data-dir`; kept across restarts so a restarted member rejoins with its data.
+    pub(crate) data_dir: PathBuf,
+    /// Where stdout and stderr go (appended across restarts), so etcd noise stays out of test output.
+    pub(crate) log: PathBuf,
+    /// The client URL etcd listens on and advertises, e.g. "https://127.0.0.1:41234".
+    pub(crate) client_url: String,
+    /// The client port, to tell when the process has bound its sockets.
+    pub(crate) client_port: u16,
+    /// The binary to run.
+    binary: PathBuf,
+    /// Every flag of the command line; identical for the first start and restarts (etcd ignores
+    /// the `--initial-cluster*` flags once the data dir holds a member).
+    args: Vec<OsString>,
+    /// The running process; `None` while killed. A mutex so `&self` methods can reap a member
+    /// that died on its own.
+    child: Mutex<Option<Child>>,
+    /// Set between SIGSTOP and SIGCONT: a frozen member is not asked anything.
+    stopped: AtomicBool,
+    /// The raft member id, learnt from the first Status answer; stable across restarts.
+    pub(crate) id: OnceLock<u64>,
+}
+
+impl Member {
+    /// Describes a member; nothing is started yet.
+    pub(crate) fn new(
+        name: String,
+        dir: &Path,
+        binary: PathBuf,
+        client_url: String,
+        client_port: u16,
+        args: Vec<OsString>,
+    ) -> Member {
+        Member {
+            name,
+            data_dir: dir.join("data"),
+            log: dir.join("etcd.log"),
+            client_url,
+            client_port,
+            binary,
+            args,
+            child: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            id: OnceLock::new(),
+        }
+    }
+
+    /// Starts the process (if not running), logging to the member's log file.
+    pub(crate) fn spawn(&self) -> Result<(), TestkitError> {
+        let mut child = self.child();
+        if child.is_some() {
+            return Ok(());
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| TestkitError::io("open log", &self.log, e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| TestkitError::io("open log", &self.log, e))?;
+        let mut command = Command::new(&self.binary);
+        command
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        // etcd reads every ETCD_* variable as a flag; the caller's (ETCD_BIN, ETCD_DATA_DIR, ...)
+        // must not leak into a test cluster. ETCD_UNSUPPORTED_ARCH is the one that is needed to
+        // run etcd at all on some platforms, so it stays.
+        for (key, _) in std::env::vars_os() {
+            let is_etcd = key.to_str().is_some_and(|k| k.starts_with("ETCD_"));
+            if is_etcd && key != "ETCD_UNSUPPORTED_ARCH" {
+                command.env_remove(key);
+            }
+        }
+        let started =
+            spawner::spawn(command).map_err(|e| TestkitError::io("start", &self.binary, e))?;
+        *child = Some(started);
+        self.stopped.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// SIGKILLs the process (frozen or not) and reaps it; a no-op when it is not running.
+    pub(crate) fn kill(&self) {
+        if let Some(mut child) = self.child().take() {
+            // Errors mean it is already dead; wait() then reaps it all the same.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.stopped.store(false, Ordering::SeqCst);
+    }
+
+    /// Freezes the process with SIGSTOP: it keeps its sockets but answers nothing.
+    pub(crate) fn stop(&self) {
+        if self.signal(libc::SIGSTOP) {
+            self.stopped.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Thaws a frozen process with SIGCONT.
+    pub(crate) fn cont(&self) {
+        if self.signal(libc::SIGCONT) {
+            self.stopped.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// The pid while the process runs (frozen included).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child().as_ref().map(Child::id)
+    }
+
+    /// True if the process runs and is not frozen: the members worth asking.
+    pub(crate) fn is_live(&self) -> bool {
+        self.pid().is_some() && !self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// If the process ended on its own, reaps it and returns how it ended.
+    pub(crate) fn exited(&self) -> Option<ExitStatus> {
+        let mut child = self.child();
+        let status = child.as_mut()?.try_wait().ok()??;
+        *child = None;
+        self.stopped.store(false, Ordering::SeqCst);
+        Some(status)
+    }
+
+    /// The error for a member that exited, with the end of its log.
+    pub(crate) fn exited_error(&self, status: ExitStatus) -> TestkitError {
+        TestkitError::MemberExited {
+            member: self.name.clone(),
+            status,
+            log_tail: self.log_tail(),
+        }
+    }
+
+    /// The last few KiB of the member's log, for error messages.
+    pub(crate) fn log_tail(&self) -> String {
+        let Ok(mut file) = std::fs::File::open(&self.log) else {
+            return String::from("(no log file)");
+        };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = file.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)));
+        let mut bytes = Vec::new();
+        let _ = file.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Sends `signal` to the running process; false if there is none.
+    fn signal(&self, signal: libc::c_int) -> bool {
+        // Hold the lock while signalling: nobody can reap the child meanwhile, so the pid
+        // cannot have been reused by an unrelated process.
+        let child = self.child();
+        let Some(pid) = child.as_ref().map(Child::id) else {
+            return false;
+        };
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+        unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
+    }
+
+    fn child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Member {
+    /// Teardown must not depend on anyone calling a method: SIGKILL and reap.
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

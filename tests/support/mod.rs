@@ -1,0 +1,64 @@
+//! Shared helpers for the integration tests: clusters, clients, unique keys, logging.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use etcd_ha::testkit::Cluster;
+use etcd_ha::{Client, Options, TlsOptions};
+
+/// How long a freshly started cluster may take to agree on a leader on a loaded 2-core box.
+pub const READY: Duration = Duration::from_secs(30);
+
+/// Route `tracing` output to the test harness (set RUST_LOG to see it).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A 3-member plain-HTTP cluster with a leader.
+pub async fn cluster3() -> Cluster {
+    init_tracing();
+    let cluster = Cluster::start(3).await.expect("start a 3-member etcd cluster");
+    cluster.leader(READY).await.expect("the cluster elects a leader");
+    cluster
+}
+
+/// Client options for a testkit cluster: TLS files and root credentials when it has them.
+pub fn options_for(cluster: &Cluster) -> Options {
+    let mut options = Options::new();
+    if let Some(tls) = cluster.tls() {
+        options = options.with_tls(
+            TlsOptions::new()
+                .with_ca_file(&tls.ca)
+                .with_client_cert(&tls.client_cert, &tls.client_key),
+        );
+    }
+    if let Some((user, password)) = cluster.auth() {
+        options = options.with_user(user, password);
+    }
+    options
+}
+
+/// A client connected to every member of `cluster`.
+pub async fn client(cluster: &Cluster) -> Client {
+    Client::connect(cluster.endpoints(), options_for(cluster))
+        .await
+        .expect("connect to the test cluster")
+}
+
+/// A key no other test uses: `name/<n>` with a process-wide counter.
+pub fn unique(name: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("{name}/{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Whether the cluster runs etcd 3.5 or newer (some RPCs and fields are 3.5+).
+pub fn is_v35_or_newer(cluster: &Cluster) -> bool {
+    let mut parts = cluster.etcd_version().split('.');
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (3, 5)
+}
