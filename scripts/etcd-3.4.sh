@@ -19,7 +19,9 @@ etcd=$target/etcd
 log() { echo "etcd-3.4.sh: $*" >&2; }
 
 # The version check guards against a half-written or foreign binary in the cache.
-if [[ -x $etcd ]] && "$etcd" --version 2>/dev/null | grep -q "^etcd Version: $version\$"; then
+# Capture the whole output first: `grep -q` under pipefail can kill etcd mid-write (SIGPIPE) and
+# make a good cache look bad.
+if [[ -x $etcd ]] && [[ $("$etcd" --version 2>/dev/null) == *"etcd Version: $version"* ]]; then
     echo "$etcd"
     exit 0
 fi

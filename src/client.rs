@@ -180,7 +180,8 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// let held = client.lock().lock("my-lock", 0).await?;
+    /// let lease = client.lease().grant(10, None).await?.id;
+    /// let held = client.lock().lock("my-lock", lease).await?;
     /// client.lock().unlock(held.key).await?;
     /// # Ok(())
     /// # }

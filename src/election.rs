@@ -38,6 +38,10 @@ impl Election {
     /// Wait (on the server, with no client deadline) until this candidate leads election
     /// `name`; its key lives as long as `lease`.
     ///
+    /// With `lease` 0 the server grants a 60-second lease of its own that nobody keeps alive,
+    /// so the leadership ends by itself about a minute later: pass a lease you keep alive. A
+    /// lease that does not exist fails with [`Error::LeaseNotFound`](crate::Error::LeaseNotFound).
+    ///
     /// ```no_run
     /// # async fn demo(e: etcd_ha::Election, lease: i64) -> etcd_ha::Result<()> {
     /// let leader_key = e.campaign("primary", lease, "me").await?.leader;
@@ -65,7 +69,9 @@ impl Election {
             .await
     }
 
-    /// Publish a new value as the leader holding `leader`.
+    /// Publish a new value as the leader holding `leader`. A key that no longer leads (resigned,
+    /// lease gone) fails with etcd's `election: not leader`, which arrives as
+    /// [`Error::Grpc`](crate::Error::Grpc) with code `Unknown`.
     ///
     /// ```no_run
     /// # async fn demo(e: etcd_ha::Election, key: etcd_ha::proto::v3electionpb::LeaderKey) -> etcd_ha::Result<()> {
@@ -89,7 +95,9 @@ impl Election {
             .await
     }
 
-    /// The current leader's key and value (error `election: no leader` when there is none).
+    /// The current leader's key and value. An election without a leader fails with etcd's
+    /// `election: no leader`, which arrives as [`Error::Grpc`](crate::Error::Grpc) with code
+    /// `Unknown` (it is not [`Error::NoLeader`](crate::Error::NoLeader), which is about raft).
     ///
     /// ```no_run
     /// # async fn demo(e: etcd_ha::Election) -> etcd_ha::Result<()> {
@@ -131,7 +139,8 @@ impl Election {
             .await
     }
 
-    /// Give up leadership held by `leader`, so the next candidate takes over at once.
+    /// Give up leadership held by `leader`, so the next candidate takes over at once. Only the
+    /// key is deleted, not its lease; resigning a key that no longer leads is a no-op.
     ///
     /// ```no_run
     /// # async fn demo(e: etcd_ha::Election, key: etcd_ha::proto::v3electionpb::LeaderKey) -> etcd_ha::Result<()> {

@@ -245,6 +245,11 @@ impl Error {
             "too many requests" => return Error::TooManyRequests,
             "permission denied" => return Error::PermissionDenied,
             "authentication failed, invalid user ID or password" => return Error::AuthFailed,
+            // Authenticate as a user created without a password (only a certificate CN logs
+            // it in); etcd passes its auth store's error through untranslated, code Unknown.
+            "auth: authentication failed, password was given for no password user" => {
+                return Error::AuthFailed;
+            }
             // An old auth revision means the token predates a user/role change: renew it.
             "invalid auth token" | "revision of auth store is old" => {
                 return Error::InvalidAuthToken;
@@ -254,7 +259,7 @@ impl Error {
             "member not found" => return Error::MemberNotFound,
             _ => {}
         }
-        if tail.starts_with("request timed out") {
+        if tail.starts_with("request timed out") || is_client_timeout(&status) {
             return Error::Timeout;
         }
         match status.code() {
@@ -286,6 +291,20 @@ impl Error {
     pub fn is_transport(&self) -> bool {
         matches!(self, Error::Transport { .. } | Error::Connect { .. })
     }
+}
+
+/// tonic enforces the grpc-timeout we send with its own timer and reports `Cancelled "Timeout
+/// expired"` with a `TimeoutExpired` source: that is our deadline, not a broken connection.
+fn is_client_timeout(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    let mut source = status.source();
+    while let Some(e) = source {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = e.source();
+    }
+    status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired"
 }
 
 /// A status that tonic made up itself because the connection failed, rather than one the server
@@ -339,6 +358,12 @@ mod tests {
         assert!(matches!(
             map(Status::invalid_argument(
                 "etcdserver: authentication failed, invalid user ID or password"
+            )),
+            Error::AuthFailed
+        ));
+        assert!(matches!(
+            map(Status::unknown(
+                "auth: authentication failed, password was given for no password user"
             )),
             Error::AuthFailed
         ));

@@ -9,7 +9,7 @@ use crate::transport::{Deadline, Target, Transport};
 /// The Lock service. Get one with [`Client::lock`](crate::Client::lock).
 ///
 /// A lock is a key under `name` owned by a lease: it is released by [`unlock`](Self::unlock),
-/// or when the lease expires.
+/// or when the lease expires or is revoked; waiters take it in the order they asked.
 ///
 /// ```no_run
 /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
@@ -30,8 +30,13 @@ impl Lock {
         Lock { transport }
     }
 
-    /// Wait (on the server, with no client deadline) until the lock `name` is held for `lease`
-    /// (0: the lock lives until unlocked); the response's `key` is the ownership key.
+    /// Wait (on the server, with no client deadline) until the lock `name` is held for `lease`;
+    /// the response's `key` is the ownership key, `<name>/<lease id in hex>`.
+    ///
+    /// With `lease` 0 the server grants a 60-second lease of its own that nobody keeps alive,
+    /// so the lock goes away by itself about a minute later: pass a lease you keep alive.
+    /// A lease that does not exist (expired, revoked) fails with
+    /// [`Error::LeaseNotFound`](crate::Error::LeaseNotFound).
     ///
     /// ```no_run
     /// # async fn demo(l: etcd_ha::Lock, lease: i64) -> etcd_ha::Result<()> {
@@ -54,7 +59,8 @@ impl Lock {
             .await
     }
 
-    /// Release the lock owned through `key`.
+    /// Release the lock owned through `key`. This is a plain delete of `key`: releasing a lock
+    /// that is not held (or a key that never was a lock) succeeds and changes nothing.
     ///
     /// ```no_run
     /// # async fn demo(l: etcd_ha::Lock, key: Vec<u8>) -> etcd_ha::Result<()> {

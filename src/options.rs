@@ -227,18 +227,18 @@ impl Options {
         if self.max_response_bytes == 0 {
             return invalid("max_response_bytes", "must be greater than zero");
         }
-        if let Some(c) = &self.credentials {
-            if c.user.is_empty() {
-                return invalid("user", "user name must not be empty");
-            }
+        if let Some(c) = &self.credentials
+            && c.user.is_empty()
+        {
+            return invalid("user", "user name must not be empty");
         }
-        if let Some(tls) = &self.tls {
-            if tls.client_cert.is_some() != tls.client_key.is_some() {
-                return invalid(
-                    "tls",
-                    "a client certificate and its key must be given together",
-                );
-            }
+        if let Some(tls) = &self.tls
+            && tls.client_cert.is_some() != tls.client_key.is_some()
+        {
+            return invalid(
+                "tls",
+                "a client certificate and its key must be given together",
+            );
         }
         Ok(())
     }

@@ -39,9 +39,20 @@ impl TokenCell {
 
     /// Store a freshly issued token.
     pub(crate) fn store(&self, token: AsciiMetadataValue) {
+        self.replace(Some(token));
+    }
+
+    /// Forget the token: etcd said authentication is not enabled, so calls go without one
+    /// (etcd 3.4 and 3.5 reject a token from before an AuthDisable as invalid). A new generation, so
+    /// that callers waiting on the old one retry rather than renew again.
+    pub(crate) fn clear(&self) {
+        self.replace(None);
+    }
+
+    fn replace(&self, token: Option<AsciiMetadataValue>) {
         let mut guard = self.current.write().unwrap_or_else(|e| e.into_inner());
         guard.0 += 1;
-        guard.1 = Some(token);
+        guard.1 = token;
     }
 }
 
@@ -69,5 +80,9 @@ mod tests {
         assert_eq!(cell.attach(&mut md), 1);
         assert_eq!(md.get(TOKEN_KEY).unwrap(), "abc.def");
         assert!(!format!("{cell:?}").contains("abc.def"));
+        cell.clear();
+        let mut md = MetadataMap::new();
+        assert_eq!(cell.attach(&mut md), 2);
+        assert!(md.get(TOKEN_KEY).is_none());
     }
 }

@@ -171,6 +171,7 @@ impl Transport {
             let (index, conn) = self.pick(target);
             let mut request = Request::new(message.clone());
             let generation = self.decorate(&mut request);
+            let sent_token = request.metadata().contains_key(crate::token::TOKEN_KEY);
             if let Some(t) = timeout {
                 // Also tells the server (grpc-timeout), so it stops working for us in time.
                 request.set_timeout(t);
@@ -186,7 +187,7 @@ impl Transport {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status) => {
                     let err = self.error(index, status);
-                    if matches!(err, Error::InvalidAuthToken) && !renewed && self.token.is_some() {
+                    if wants_login(&err, sent_token) && !renewed && self.token.is_some() {
                         renewed = true;
                         self.renew_token(generation).await?;
                         continue;
@@ -218,6 +219,7 @@ impl Transport {
             let (index, conn) = self.pick(target);
             let mut request = Request::new(make());
             let generation = self.decorate(&mut request);
+            let sent_token = request.metadata().contains_key(crate::token::TOKEN_KEY);
             let open = call(conn, request);
             let result = match self.timeout(deadline) {
                 Some(t) => tokio::time::timeout(t, open)
@@ -229,7 +231,7 @@ impl Transport {
                 Ok(response) => return Ok((index, response.into_inner())),
                 Err(status) => {
                     let err = self.error(index, status);
-                    if matches!(err, Error::InvalidAuthToken) && !renewed && self.token.is_some() {
+                    if wants_login(&err, sent_token) && !renewed && self.token.is_some() {
                         renewed = true;
                         self.renew_token(generation).await?;
                         continue;
@@ -276,6 +278,13 @@ impl Transport {
                 }
                 Ok(Err(status)) => {
                     last = self.error(index, status);
+                    if matches!(last, Error::AuthNotEnabled) {
+                        // Auth is off (or was turned off): call without a token, as etcd's
+                        // clientv3 does; etcd 3.4/3.5 reject a token from before AuthDisable.
+                        cell.clear();
+                        tracing::debug!("auth is not enabled; calling without a token");
+                        return Ok(());
+                    }
                     if !last.is_transport() {
                         return Err(last);
                     }
@@ -287,6 +296,19 @@ impl Transport {
             }
         }
         Err(last)
+    }
+}
+
+/// Whether a failed call should log in again and be retried once: etcd rejected the token
+/// (expired, or older than an auth change), or the call went without one (auth was off when the
+/// client last logged in) and etcd now wants a user.
+fn wants_login(err: &Error, sent_token: bool) -> bool {
+    match err {
+        Error::InvalidAuthToken | Error::AuthRequired => true,
+        // Without a token, `--client-cert-auth` makes the certificate's CN the user; its denial
+        // says nothing about what our own user may do.
+        Error::PermissionDenied => !sent_token,
+        _ => false,
     }
 }
 

@@ -122,7 +122,9 @@ impl Watcher {
     }
 
     /// Ask for a progress notification: a response with no events, watch id -1 and the
-    /// current revision, sent once every watch on the stream has caught up.
+    /// current revision. etcd 3.4.24+ and 3.5.8+ send it once every watch on the stream has
+    /// caught up; older servers (3.4.23, 3.5.1 included) answer at once, possibly ahead of
+    /// events still queued for a watch (etcd-io/etcd#15220).
     ///
     /// ```no_run
     /// # async fn demo(watcher: etcd_ha::Watcher) -> etcd_ha::Result<()> {

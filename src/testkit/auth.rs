@@ -1,5 +1,7 @@
 //! Turns on etcd authentication: creates the root user and role, grants it, and enables auth.
 
+use std::time::Duration;
+
 use tonic::transport::ClientTlsConfig;
 
 use crate::proto::etcdserverpb::auth_client::AuthClient;
@@ -8,18 +10,22 @@ use crate::proto::etcdserverpb::{
 };
 
 use super::member::Member;
-use super::{TestkitError, probe};
+use super::{TestkitError, probe, wait};
 
-/// Creates `user` with `password`, gives it the `root` role and enables auth, through `member`.
+/// Creates `user` with `password`, gives it the `root` role and enables auth through the first
+/// member, then waits until every member has applied that, so no test can slip an
+/// unauthenticated request through a member that has not caught up yet.
 ///
 /// etcd only enables auth when a user named "root" holding the "root" role exists, so `user`
 /// is normally "root"; other names make AuthEnable fail with etcd's own error.
 pub(crate) async fn enable(
-    member: &Member,
+    members: &[Member],
     tls: Option<&ClientTlsConfig>,
     user: &str,
     password: &str,
+    limit: Duration,
 ) -> Result<(), TestkitError> {
+    let member = &members[0];
     let channel = probe::connect(&member.client_url, tls).await?;
     let mut auth = AuthClient::new(channel);
     let rpc_error = |rpc: &'static str| {
@@ -51,5 +57,8 @@ pub(crate) async fn enable(
     auth.auth_enable(AuthEnableRequest {})
         .await
         .map_err(rpc_error("AuthEnable"))?;
-    Ok(())
+    // The member that took AuthEnable has applied it before answering; its commit index is
+    // therefore at least the index of that entry.
+    let committed = probe::status(member, tls).await?.raft_index;
+    wait::applied(members, tls, committed, limit).await
 }

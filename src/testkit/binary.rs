@@ -12,9 +12,25 @@ use super::provision;
 
 /// Environment variable naming the etcd binary to use; it wins over everything else, so CI can
 /// run the suite against another etcd (`ETCD_BIN=$(scripts/etcd-3.4.sh) cargo test`).
+///
+/// # Example
+///
+/// ```
+/// // In a shell: ETCD_BIN=/opt/etcd-3.4/etcd cargo test --features testkit
+/// assert_eq!(etcd_ha::testkit::ETCD_BIN_ENV, "ETCD_BIN");
+/// ```
 pub const ETCD_BIN_ENV: &str = "ETCD_BIN";
 
-/// Environment variable overriding where provisioned etcd binaries are cached.
+/// Environment variable overriding where provisioned etcd binaries are cached (default:
+/// `.etcd-cache/` in the crate's directory, which is git-ignored).
+///
+/// # Example
+///
+/// ```
+/// // In a shell, to share one download between checkouts:
+/// // ETCD_HA_CACHE=/var/cache/etcd-ha cargo test --features testkit
+/// assert_eq!(etcd_ha::testkit::CACHE_ENV, "ETCD_HA_CACHE");
+/// ```
 pub const CACHE_ENV: &str = "ETCD_HA_CACHE";
 
 /// Returns the etcd binary the testkit will run, provisioning etcd 3.5.1 if none is found.

@@ -272,7 +272,8 @@ impl ClusterBuilder {
             }
         };
         if let Some((user, password)) = &self.auth {
-            auth::enable(&members[0], client_tls.as_ref(), user, password).await?;
+            let tls = client_tls.as_ref();
+            auth::enable(&members, tls, user, password, self.ready_timeout).await?;
         }
         Ok(Cluster {
             members,

@@ -129,6 +129,17 @@ pub enum TestkitError {
         views: Vec<(String, u64)>,
     },
 
+    /// A member has not yet applied a change that the cluster has committed.
+    #[error("etcd member {member} has applied raft index {applied}, waiting for {wanted}")]
+    Lagging {
+        /// The member name.
+        member: String,
+        /// The index it has applied.
+        applied: u64,
+        /// The index it should reach.
+        wanted: u64,
+    },
+
     /// Waiting for something ran out of time; `last` is the most recent reason it was not there.
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout {

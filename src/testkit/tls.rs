@@ -124,7 +124,7 @@ impl TlsFiles {
 ///
 /// # Example
 ///
-/// ```no_run
+/// ```
 /// let dir = tempfile::tempdir().unwrap();
 /// let wrong_ca = etcd_ha::testkit::generate_unrelated_ca(dir.path()).unwrap();
 /// let pem = std::fs::read_to_string(wrong_ca).unwrap();

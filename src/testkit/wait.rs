@@ -40,6 +40,30 @@ pub(crate) async fn serving(
     .await
 }
 
+/// Polls until every live member has applied the raft log up to `index`, so a change made
+/// through one member (such as enabling auth) is visible on all of them.
+pub(crate) async fn applied(
+    members: &[Member],
+    tls: Option<&ClientTlsConfig>,
+    index: u64,
+    limit: Duration,
+) -> Result<(), TestkitError> {
+    poll("members to apply the log", limit, || async {
+        for member in members.iter().filter(|m| m.is_live()) {
+            let status = probe::status(member, tls).await?;
+            if status.raft_applied_index < index {
+                return Err(TestkitError::Lagging {
+                    member: member.name.clone(),
+                    applied: status.raft_applied_index,
+                    wanted: index,
+                });
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
 /// Polls until the member's process has bound its client port, or has exited.
 ///
 /// etcd binds its peer and client ports before it does anything else, and exits at once if one

@@ -21,8 +21,13 @@ pub fn init_tracing() {
 /// A 3-member plain-HTTP cluster with a leader.
 pub async fn cluster3() -> Cluster {
     init_tracing();
-    let cluster = Cluster::start(3).await.expect("start a 3-member etcd cluster");
-    cluster.leader(READY).await.expect("the cluster elects a leader");
+    let cluster = Cluster::start(3)
+        .await
+        .expect("start a 3-member etcd cluster");
+    cluster
+        .leader(READY)
+        .await
+        .expect("the cluster elects a leader");
     cluster
 }
 

@@ -1,0 +1,369 @@
+//! Bad input and bad luck against real etcd: malformed endpoints and options, dead and
+//! black-holed endpoints, etcd's refusals as typed errors, and members dying under the client.
+//!
+//! Run against etcd 3.4 too: `ETCD_BIN=$(scripts/etcd-3.4.sh) cargo test --features testkit --test bad_input`.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use etcd_ha::{Client, Error, GetOptions, Options, PutOptions, WatchOptions};
+
+/// Connect timeout of the tests that wait for it to run out: short, so the file stays fast.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Slack on top of a timeout before we call it a hang: a loaded 2-core box can be slow to
+/// schedule the timer, but not by seconds.
+const MARGIN: Duration = Duration::from_secs(1);
+
+/// A port on 127.0.0.1 that nothing listens on: bound by us for a moment, then released.
+fn dead_endpoint() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", listener.local_addr().unwrap())
+}
+
+/// A listener that accepts connections and never says a word, like a frozen host whose kernel
+/// still completes handshakes. Returns its endpoint and how many connections it accepted.
+async fn black_hole() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        // Hold every socket: closing one would give the client a prompt error.
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(socket);
+        }
+    });
+    (endpoint, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_endpoints_and_options_are_refused_before_dialling() {
+    support::init_tracing();
+    // Every rejection below must come before any dialling: an endpoint that would hang is in
+    // the list too, and it must see no connection.
+    let (hang, accepted) = black_hole().await;
+
+    for bad in [
+        "ftp://x",
+        "http://h:99999",
+        "",
+        "http://h:1/path",
+        "http://h:0",
+        "http://",
+    ] {
+        let began = Instant::now();
+        let result = Client::connect([hang.as_str(), bad], Options::new()).await;
+        match &result {
+            Err(Error::InvalidEndpoint { endpoint, reason }) => {
+                assert_eq!(endpoint, bad);
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{bad:?}: expected InvalidEndpoint, got {other:?}"),
+        }
+        assert!(
+            began.elapsed() < Duration::from_millis(500),
+            "{bad:?} was slow"
+        );
+    }
+    // http:// while TLS is configured would send plaintext to a TLS port: refused too.
+    let tls = Options::new().with_tls(etcd_ha::TlsOptions::new());
+    let result = Client::connect(["http://127.0.0.1:2379"], tls).await;
+    assert!(
+        matches!(result, Err(Error::InvalidEndpoint { .. })),
+        "{result:?}"
+    );
+
+    let result = Client::connect(Vec::<String>::new(), Options::new()).await;
+    assert!(matches!(result, Err(Error::NoEndpoints)), "{result:?}");
+
+    let cases = [
+        (
+            Options::new().with_keepalive(Duration::from_secs(4), Duration::from_secs(1)),
+            "keepalive",
+        ),
+        (
+            Options::new().with_connect_timeout(Duration::ZERO),
+            "connect_timeout",
+        ),
+        (
+            Options::new().with_request_timeout(Duration::ZERO),
+            "request_timeout",
+        ),
+        (
+            Options::new().with_max_request_bytes(0),
+            "max_request_bytes",
+        ),
+        (Options::new().with_user("", "pw"), "user"),
+    ];
+    for (options, name) in cases {
+        let result = Client::connect([hang.as_str()], options).await;
+        assert!(
+            matches!(&result, Err(Error::InvalidOptions { option, .. }) if *option == name),
+            "{name}: {result:?}"
+        );
+    }
+    // Exactly 5 s is etcd's floor and is accepted (validation alone; nothing dialled).
+    Options::new()
+        .with_keepalive(Duration::from_secs(5), Duration::from_secs(1))
+        .validate()
+        .unwrap();
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "nothing may be dialled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_endpoints_fail_to_connect_within_the_connect_timeout() {
+    support::init_tracing();
+    let options = || Options::new().with_connect_timeout(CONNECT_TIMEOUT);
+
+    // Refused connections: an answer, so no waiting for the timeout.
+    let dead = [dead_endpoint(), dead_endpoint()];
+    let began = Instant::now();
+    let result = Client::connect(&dead, options()).await;
+    let elapsed = began.elapsed();
+    match &result {
+        Err(
+            err @ Error::Connect {
+                endpoints,
+                timeout,
+                source,
+            },
+        ) => {
+            assert_eq!(endpoints, &dead.to_vec());
+            assert_eq!(*timeout, CONNECT_TIMEOUT);
+            assert!(matches!(**source, Error::Transport { .. }), "{source:?}");
+            assert!(err.is_retryable());
+        }
+        other => panic!("expected Connect, got {other:?}"),
+    }
+    assert!(
+        elapsed < CONNECT_TIMEOUT + MARGIN,
+        "refused took {elapsed:?}"
+    );
+
+    // A black hole accepts and never answers: only the connect timeout ends the wait.
+    let (hole, accepted) = black_hole().await;
+    let began = Instant::now();
+    let result = Client::connect([hole.as_str()], options()).await;
+    let elapsed = began.elapsed();
+    match &result {
+        Err(Error::Connect { source, .. }) => {
+            assert!(matches!(**source, Error::Timeout), "{source:?}")
+        }
+        other => panic!("expected Connect, got {other:?}"),
+    }
+    assert!(
+        accepted.load(Ordering::SeqCst) >= 1,
+        "the client did dial it"
+    );
+    assert!(
+        elapsed >= CONNECT_TIMEOUT - Duration::from_millis(50),
+        "{elapsed:?}"
+    );
+    assert!(
+        elapsed < CONNECT_TIMEOUT + MARGIN,
+        "black hole took {elapsed:?}"
+    );
+
+    // Both kinds together: still one typed error within the timeout.
+    let began = Instant::now();
+    let result = Client::connect([hole.as_str(), dead[0].as_str()], options()).await;
+    assert!(matches!(result, Err(Error::Connect { .. })), "{result:?}");
+    assert!(began.elapsed() < CONNECT_TIMEOUT + MARGIN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_refusals_arrive_as_typed_errors() {
+    let cluster = support::cluster3().await;
+
+    // One dead endpoint first in the list does not stop the client from using the live ones.
+    let mut endpoints = vec![dead_endpoint()];
+    endpoints.extend(cluster.endpoints());
+    let client = Client::connect(
+        &endpoints,
+        Options::new().with_connect_timeout(CONNECT_TIMEOUT),
+    )
+    .await
+    .expect("connect with one dead endpoint among live ones");
+    let kv = client.kv();
+    let key = support::unique("bad");
+    for i in 0..5 {
+        kv.put(key.as_str(), format!("v{i}"), PutOptions::new())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        kv.get(key.as_str(), GetOptions::new()).await.unwrap().kvs[0].value,
+        b"v4"
+    );
+
+    // Over etcd's --max-request-bytes (1.5 MiB by default). The client refuses it itself...
+    let big = vec![b'x'; 1_700_000];
+    let result = kv.put(key.as_str(), big.clone(), PutOptions::new()).await;
+    assert!(matches!(result, Err(Error::RequestTooLarge)), "{result:?}");
+    // ...and so does etcd when the client's own limit is raised: below gRPC's limit (request
+    // limit + 512 KiB) etcd says "request is too large", above it gRPC refuses the message.
+    let lax = Client::connect(
+        cluster.endpoints(),
+        Options::new().with_max_request_bytes(8 << 20),
+    )
+    .await
+    .unwrap();
+    for size in [1_700_000, 3 << 20] {
+        let result = lax
+            .kv()
+            .put(key.as_str(), vec![b'x'; size], PutOptions::new())
+            .await;
+        assert!(
+            matches!(result, Err(Error::RequestTooLarge)),
+            "{size}: {result:?}"
+        );
+        assert!(!result.unwrap_err().is_retryable());
+    }
+    // Nothing of those was written.
+    assert_eq!(
+        kv.get(key.as_str(), GetOptions::new()).await.unwrap().kvs[0].value,
+        b"v4"
+    );
+
+    // A read at a compacted revision.
+    let first = kv.get(key.as_str(), GetOptions::new()).await.unwrap().kvs[0].create_revision;
+    let head = kv
+        .put(key.as_str(), "after", PutOptions::new())
+        .await
+        .unwrap();
+    let head = head.header.unwrap().revision;
+    kv.compact(head, true).await.unwrap();
+    let result = kv
+        .get(key.as_str(), GetOptions::new().with_revision(first))
+        .await;
+    assert!(matches!(result, Err(Error::Compacted { .. })), "{result:?}");
+    // The compaction revision itself is still readable; a future one is not.
+    let at_head = kv
+        .get(key.as_str(), GetOptions::new().with_revision(head))
+        .await
+        .unwrap();
+    assert_eq!(at_head.kvs[0].value, b"after");
+    let result = kv
+        .get(key.as_str(), GetOptions::new().with_revision(head + 1000))
+        .await;
+    assert!(matches!(result, Err(Error::FutureRevision)), "{result:?}");
+
+    // A put on a revoked lease.
+    let lease = client.lease();
+    let granted = lease.grant(60, None).await.unwrap();
+    kv.put("leased", "1", PutOptions::new().with_lease(granted.id))
+        .await
+        .unwrap();
+    lease.revoke(granted.id).await.unwrap();
+    assert_eq!(kv.get("leased", GetOptions::new()).await.unwrap().count, 0);
+    let result = kv
+        .put("leased", "2", PutOptions::new().with_lease(granted.id))
+        .await;
+    assert!(matches!(result, Err(Error::LeaseNotFound)), "{result:?}");
+    let result = lease.revoke(granted.id).await;
+    assert!(matches!(result, Err(Error::LeaseNotFound)), "{result:?}");
+
+    // An empty key is etcd's own validation error, not a transport problem.
+    let result = kv.put("", "v", PutOptions::new()).await;
+    assert!(
+        matches!(result, Err(Error::InvalidRequest(_))),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dying_members_give_retryable_errors_and_the_client_recovers() {
+    let mut cluster = support::cluster3().await;
+    let request_timeout = Duration::from_secs(2);
+    let options = Options::new()
+        .with_connect_timeout(CONNECT_TIMEOUT)
+        .with_request_timeout(request_timeout);
+    let client = Client::connect(cluster.endpoints(), options).await.unwrap();
+    let key = support::unique("dying");
+    client
+        .kv()
+        .put(key.as_str(), "1", PutOptions::new())
+        .await
+        .unwrap();
+
+    // A raw watch stream whose member is killed under it ends with a typed, retryable error
+    // (SIGKILL closes the member's sockets), not with a hang and not with a clean end.
+    let (_watcher, mut events) = client
+        .watch()
+        .watch(key.as_str(), WatchOptions::new())
+        .await
+        .unwrap();
+    let created = events
+        .message()
+        .await
+        .unwrap()
+        .expect("the created response");
+    assert!(created.created);
+    let serving = cluster
+        .endpoints()
+        .iter()
+        .position(|e| e == events.endpoint())
+        .expect("the stream names one of the cluster's endpoints");
+    cluster.kill(serving);
+    let ended = tokio::time::timeout(Duration::from_secs(10), events.message())
+        .await
+        .expect("the stream reports the dead member within 10 s");
+    match &ended {
+        Err(e @ (Error::Transport { .. } | Error::Unavailable(_))) => {
+            assert!(e.is_retryable(), "{e:?}")
+        }
+        other => panic!("expected a transport error, got {other:?}"),
+    }
+    // The client moves on to a live member. Until a read-retry layer exists the first request
+    // may still go to the dead member, and if that member led, the next may meet the election
+    // (LeaderChanged); every such failure must be retryable, and a live member soon answers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answered = loop {
+        match client.kv().get(key.as_str(), GetOptions::new()).await {
+            Ok(got) => break got,
+            Err(e) => {
+                assert!(e.is_retryable(), "{e:?}");
+                assert!(Instant::now() < deadline, "no live member answered: {e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(answered.kvs[0].value, b"1");
+
+    // The whole cluster dies: a request fails with a retryable error within its timeout.
+    cluster.kill_all();
+    let began = Instant::now();
+    let result = client.kv().get(key.as_str(), GetOptions::new()).await;
+    let elapsed = began.elapsed();
+    let err = result.expect_err("no member is alive");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(elapsed < request_timeout + MARGIN, "took {elapsed:?}");
+    let result = client.kv().put(key.as_str(), "2", PutOptions::new()).await;
+    assert!(
+        result.as_ref().is_err_and(Error::is_retryable),
+        "{result:?}"
+    );
+
+    // Back up: the same client redials and works without being rebuilt.
+    cluster.start_all().await.unwrap();
+    let got = client
+        .kv()
+        .get(key.as_str(), GetOptions::new())
+        .await
+        .expect("redialled");
+    assert_eq!(got.kvs[0].value, b"1");
+    let put = client
+        .kv()
+        .put(key.as_str(), "3", PutOptions::new())
+        .await
+        .unwrap();
+    assert!(put.header.unwrap().revision > got.header.unwrap().revision);
+}
