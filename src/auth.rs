@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::proto::authpb::{Permission, UserAddOptions, permission};
 use crate::proto::etcdserverpb::*;
+use crate::rpc::Rpc;
 use crate::transport::{Deadline, Target, Transport};
 
 /// The permission types a role can grant on a key range.
@@ -34,10 +35,11 @@ pub struct Auth {
 
 /// One unary Auth call with the default deadline.
 macro_rules! call {
-    ($self:ident, $request:expr, $method:ident) => {
+    ($self:ident, $rpc:ident, $request:expr, $method:ident) => {
         $self
             .transport
             .unary(
+                Rpc::$rpc,
                 Target::Any,
                 Deadline::Default,
                 $request,
@@ -61,7 +63,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn enable(&self) -> Result<AuthEnableResponse> {
-        call!(self, AuthEnableRequest {}, auth_enable)
+        call!(self, AuthEnable, AuthEnableRequest {}, auth_enable)
     }
 
     /// Turn authentication off (as root).
@@ -73,7 +75,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn disable(&self) -> Result<AuthDisableResponse> {
-        call!(self, AuthDisableRequest {}, auth_disable)
+        call!(self, AuthDisable, AuthDisableRequest {}, auth_disable)
     }
 
     /// Whether authentication is on, and the auth store's revision (etcd 3.5+).
@@ -85,7 +87,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn status(&self) -> Result<AuthStatusResponse> {
-        call!(self, AuthStatusRequest {}, auth_status)
+        call!(self, AuthStatus, AuthStatusRequest {}, auth_status)
     }
 
     /// Exchange a user name and password for a token. The client does this itself when it was
@@ -106,7 +108,7 @@ impl Auth {
             name: name.into(),
             password: password.into(),
         };
-        call!(self, request, authenticate)
+        call!(self, Authenticate, request, authenticate)
     }
 
     /// Add a user with a password.
@@ -128,7 +130,7 @@ impl Auth {
             options: Some(UserAddOptions { no_password: false }),
             hashed_password: String::new(),
         };
-        call!(self, request, user_add)
+        call!(self, UserAdd, request, user_add)
     }
 
     /// Add a user that cannot log in with a password (only with a client certificate whose
@@ -150,7 +152,7 @@ impl Auth {
             options: Some(UserAddOptions { no_password: true }),
             hashed_password: String::new(),
         };
-        call!(self, request, user_add)
+        call!(self, UserAdd, request, user_add)
     }
 
     /// A user's roles.
@@ -162,7 +164,12 @@ impl Auth {
     /// # }
     /// ```
     pub async fn user_get(&self, name: impl Into<String>) -> Result<AuthUserGetResponse> {
-        call!(self, AuthUserGetRequest { name: name.into() }, user_get)
+        call!(
+            self,
+            UserGet,
+            AuthUserGetRequest { name: name.into() },
+            user_get
+        )
     }
 
     /// Every user's name.
@@ -174,7 +181,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn user_list(&self) -> Result<AuthUserListResponse> {
-        call!(self, AuthUserListRequest {}, user_list)
+        call!(self, UserList, AuthUserListRequest {}, user_list)
     }
 
     /// Delete a user.
@@ -188,6 +195,7 @@ impl Auth {
     pub async fn user_delete(&self, name: impl Into<String>) -> Result<AuthUserDeleteResponse> {
         call!(
             self,
+            UserDelete,
             AuthUserDeleteRequest { name: name.into() },
             user_delete
         )
@@ -211,7 +219,7 @@ impl Auth {
             password: password.into(),
             hashed_password: String::new(),
         };
-        call!(self, request, user_change_password)
+        call!(self, UserChangePassword, request, user_change_password)
     }
 
     /// Grant a role to a user.
@@ -231,7 +239,7 @@ impl Auth {
             user: user.into(),
             role: role.into(),
         };
-        call!(self, request, user_grant_role)
+        call!(self, UserGrantRole, request, user_grant_role)
     }
 
     /// Take a role away from a user.
@@ -251,7 +259,7 @@ impl Auth {
             name: name.into(),
             role: role.into(),
         };
-        call!(self, request, user_revoke_role)
+        call!(self, UserRevokeRole, request, user_revoke_role)
     }
 
     /// Add a role (with no permissions yet).
@@ -263,7 +271,12 @@ impl Auth {
     /// # }
     /// ```
     pub async fn role_add(&self, name: impl Into<String>) -> Result<AuthRoleAddResponse> {
-        call!(self, AuthRoleAddRequest { name: name.into() }, role_add)
+        call!(
+            self,
+            RoleAdd,
+            AuthRoleAddRequest { name: name.into() },
+            role_add
+        )
     }
 
     /// A role's permissions.
@@ -275,7 +288,12 @@ impl Auth {
     /// # }
     /// ```
     pub async fn role_get(&self, role: impl Into<String>) -> Result<AuthRoleGetResponse> {
-        call!(self, AuthRoleGetRequest { role: role.into() }, role_get)
+        call!(
+            self,
+            RoleGet,
+            AuthRoleGetRequest { role: role.into() },
+            role_get
+        )
     }
 
     /// Every role's name.
@@ -287,7 +305,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn role_list(&self) -> Result<AuthRoleListResponse> {
-        call!(self, AuthRoleListRequest {}, role_list)
+        call!(self, RoleList, AuthRoleListRequest {}, role_list)
     }
 
     /// Delete a role.
@@ -301,6 +319,7 @@ impl Auth {
     pub async fn role_delete(&self, role: impl Into<String>) -> Result<AuthRoleDeleteResponse> {
         call!(
             self,
+            RoleDelete,
             AuthRoleDeleteRequest { role: role.into() },
             role_delete
         )
@@ -331,7 +350,7 @@ impl Auth {
                 range_end: range_end.unwrap_or_default(),
             }),
         };
-        call!(self, request, role_grant_permission)
+        call!(self, RoleGrantPermission, request, role_grant_permission)
     }
 
     /// Take away the permission `role` has on `key` (or `[key, range_end)`).
@@ -353,6 +372,6 @@ impl Auth {
             key: key.into(),
             range_end: range_end.unwrap_or_default(),
         };
-        call!(self, request, role_revoke_permission)
+        call!(self, RoleRevokePermission, request, role_revoke_permission)
     }
 }

@@ -9,6 +9,7 @@ use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::election::Election;
 use crate::endpoint;
+use crate::endpoint::{EndpointInfo, RaftView};
 use crate::error::{Error, Result};
 use crate::kv::Kv;
 use crate::lease::Lease;
@@ -71,12 +72,8 @@ impl Client {
         if urls.is_empty() {
             return Err(Error::NoEndpoints);
         }
-        let channels = urls
-            .iter()
-            .map(|u| endpoint::build(u, &options, tls.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
         let timeout = options.connect_timeout;
-        let transport = Transport::new(channels, options);
+        let transport = Transport::start(&urls, options, tls)?;
         let first = first_contact(&transport)
             .await
             .map_err(|source| Error::Connect {
@@ -84,11 +81,10 @@ impl Client {
                 timeout,
                 source: Box::new(source),
             })?;
-        transport.prefer(first);
         if transport.options.credentials.is_some() {
             transport.renew_token(0).await?;
         }
-        tracing::debug!(endpoints = ?urls, first = %urls[first], "connected");
+        tracing::debug!(endpoints = ?urls, first = %first, "connected");
         Ok(Client { transport })
     }
 
@@ -201,44 +197,80 @@ impl Client {
     /// ```
     pub fn endpoint_urls(&self) -> Vec<String> {
         self.transport
-            .endpoints
+            .balancer
+            .endpoints()
             .iter()
             .map(|e| e.url.to_string())
             .collect()
+    }
+
+    /// A snapshot of every endpoint: URL, member id, health, leader or not, latency, last
+    /// error, and since when it is in its state.
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// use etcd_ha::HealthState;
+    /// let healthy = client.endpoints().iter().filter(|e| e.health == HealthState::Healthy).count();
+    /// let leader = client.endpoints().into_iter().find(|e| e.is_leader).map(|e| e.url);
+    /// # }
+    /// ```
+    pub fn endpoints(&self) -> Vec<EndpointInfo> {
+        self.transport.infos()
     }
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("endpoints", &self.transport.endpoints)
+            .field("endpoints", &self.transport.balancer.endpoints())
             .field("options", &self.transport.options)
             .finish()
     }
 }
 
 /// Ask every member for its status at once; the first one that answers (even with an error of
-/// etcd's own, which proves it is there) wins. Bounded by the connect timeout.
-async fn first_contact(transport: &Transport) -> Result<usize> {
+/// etcd's own, which proves it is there) wins. Bounded by the connect timeout. What the answers
+/// say (member id, leader, term) goes into the endpoints' state, so the first request is routed
+/// well.
+async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
     let deadline = tokio::time::Instant::now() + transport.options.connect_timeout;
-    let mut attempts: FuturesUnordered<_> = (0..transport.endpoints.len())
-        .map(|index| async move {
-            let (_, conn) = transport.pick(Target::Member(index));
-            let result = conn.maintenance().status(StatusRequest {}).await;
-            (index, result)
+    let endpoints = transport.balancer.endpoints();
+    let mut attempts: FuturesUnordered<_> = endpoints
+        .iter()
+        .map(|ep| async move {
+            let started = tokio::time::Instant::now();
+            let result = transport
+                .conn(ep)
+                .maintenance()
+                .status(StatusRequest {})
+                .await;
+            (ep, started.elapsed(), result)
         })
         .collect();
     let mut last = Error::Timeout;
     loop {
         match tokio::time::timeout_at(deadline, attempts.next()).await {
-            Err(_) => return Err(last),
-            Ok(None) => return Err(last),
-            Ok(Some((index, Ok(_)))) => return Ok(index),
-            Ok(Some((index, Err(status)))) => {
-                let err = Error::from_status(status, &transport.endpoints[index].url);
+            Err(_) | Ok(None) => return Err(last),
+            Ok(Some((ep, latency, Ok(status)))) => {
+                let status = status.into_inner();
+                let view = RaftView {
+                    member_id: status.header.as_ref().map(|h| h.member_id).unwrap_or(0),
+                    leader_id: status.leader,
+                    raft_term: status.raft_term,
+                };
+                ep.set_raft(view);
+                transport
+                    .balancer
+                    .observe_leader(view.leader_id, view.raft_term);
+                ep.on_probe_ok(view.leader_id != 0, latency);
+                return Ok(ep.url.clone());
+            }
+            Ok(Some((ep, _, Err(status)))) => {
+                let err = Error::from_status(status, &ep.url);
                 if !err.is_transport() {
-                    return Ok(index);
+                    return Ok(ep.url.clone());
                 }
+                transport.learn(ep, &err);
                 last = err;
             }
         }

@@ -8,6 +8,7 @@ use crate::proto::etcdserverpb::{
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
     MemberUpdateRequest, MemberUpdateResponse,
 };
+use crate::rpc::Rpc;
 use crate::transport::{Deadline, Target, Transport};
 
 /// The Cluster service. Get one with [`Client::cluster`](crate::Client::cluster).
@@ -58,9 +59,13 @@ impl Cluster {
     async fn list(&self, linearizable: bool) -> Result<MemberListResponse> {
         let request = MemberListRequest { linearizable };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.cluster().member_list(r).await
-            })
+            .unary(
+                Rpc::MemberList,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.cluster().member_list(r).await },
+            )
             .await
     }
 
@@ -105,9 +110,13 @@ impl Cluster {
             is_learner,
         };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.cluster().member_add(r).await
-            })
+            .unary(
+                Rpc::MemberAdd,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.cluster().member_add(r).await },
+            )
             .await
     }
 
@@ -122,9 +131,13 @@ impl Cluster {
     pub async fn member_remove(&self, id: u64) -> Result<MemberRemoveResponse> {
         let request = MemberRemoveRequest { id };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.cluster().member_remove(r).await
-            })
+            .unary(
+                Rpc::MemberRemove,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.cluster().member_remove(r).await },
+            )
             .await
     }
 
@@ -146,9 +159,13 @@ impl Cluster {
             peer_ur_ls: peer_urls.into_iter().map(Into::into).collect(),
         };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.cluster().member_update(r).await
-            })
+            .unary(
+                Rpc::MemberUpdate,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.cluster().member_update(r).await },
+            )
             .await
     }
 
@@ -163,9 +180,13 @@ impl Cluster {
     pub async fn member_promote(&self, id: u64) -> Result<MemberPromoteResponse> {
         let request = MemberPromoteRequest { id };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.cluster().member_promote(r).await
-            })
+            .unary(
+                Rpc::MemberPromote,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.cluster().member_promote(r).await },
+            )
             .await
     }
 }

@@ -10,6 +10,7 @@ use crate::proto::v3electionpb::{
     CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,
     ProclaimResponse, ResignRequest, ResignResponse,
 };
+use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 use crate::transport::{Deadline, Target, Transport};
 
@@ -61,6 +62,7 @@ impl Election {
         };
         self.transport
             .unary(
+                Rpc::Campaign,
                 Target::Any,
                 Deadline::Unbounded,
                 request,
@@ -89,9 +91,13 @@ impl Election {
             value: value.into(),
         };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.election().proclaim(r).await
-            })
+            .unary(
+                Rpc::Proclaim,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.election().proclaim(r).await },
+            )
             .await
     }
 
@@ -108,9 +114,13 @@ impl Election {
     pub async fn leader(&self, name: impl Into<Vec<u8>>) -> Result<LeaderResponse> {
         let request = LeaderRequest { name: name.into() };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.election().leader(r).await
-            })
+            .unary(
+                Rpc::Leader,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.election().leader(r).await },
+            )
             .await
     }
 
@@ -131,6 +141,7 @@ impl Election {
         let request = LeaderRequest { name: name.into() };
         self.transport
             .open_server_stream(
+                Rpc::Observe,
                 Target::Any,
                 Deadline::Unbounded,
                 request,
@@ -153,9 +164,13 @@ impl Election {
             leader: Some(leader),
         };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.election().resign(r).await
-            })
+            .unary(
+                Rpc::Resign,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.election().resign(r).await },
+            )
             .await
     }
 }

@@ -7,6 +7,7 @@ use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, TxnResponse,
 };
+use crate::rpc::Rpc;
 use crate::transport::{Deadline, Target, Transport};
 use crate::txn::Txn;
 
@@ -58,9 +59,15 @@ impl Kv {
     /// ```
     pub async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.kv().range(r).await
-            })
+            .unary(
+                Rpc::Range {
+                    serializable: request.serializable,
+                },
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.kv().range(r).await },
+            )
             .await
     }
 
@@ -81,9 +88,13 @@ impl Kv {
     ) -> Result<PutResponse> {
         let request = options.into_request(key.into(), value.into());
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.kv().put(r).await
-            })
+            .unary(
+                Rpc::Put,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.kv().put(r).await },
+            )
             .await
     }
 
@@ -103,9 +114,13 @@ impl Kv {
     ) -> Result<DeleteRangeResponse> {
         let request = options.into_request(key.into());
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.kv().delete_range(r).await
-            })
+            .unary(
+                Rpc::DeleteRange,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.kv().delete_range(r).await },
+            )
             .await
     }
 
@@ -122,11 +137,17 @@ impl Kv {
     /// # }
     /// ```
     pub async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        let request = txn.into_request();
+        // A txn that only reads is as safe to repeat as a range.
+        let rpc = Rpc::Txn {
+            read_only: crate::txn::is_read_only(&request),
+        };
         self.transport
             .unary(
+                rpc,
                 Target::Any,
                 Deadline::Default,
-                txn.into_request(),
+                request,
                 |c, r| async move { c.kv().txn(r).await },
             )
             .await
@@ -145,9 +166,13 @@ impl Kv {
     pub async fn compact(&self, revision: i64, physical: bool) -> Result<CompactionResponse> {
         let request = CompactionRequest { revision, physical };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.kv().compact(r).await
-            })
+            .unary(
+                Rpc::Compact,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.kv().compact(r).await },
+            )
             .await
     }
 }

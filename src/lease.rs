@@ -10,6 +10,7 @@ use crate::proto::etcdserverpb::{
     LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
     LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
 };
+use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 use crate::transport::{Deadline, Target, Transport};
 
@@ -51,9 +52,13 @@ impl Lease {
             id: id.unwrap_or(0),
         };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.lease().lease_grant(r).await
-            })
+            .unary(
+                Rpc::LeaseGrant,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.lease().lease_grant(r).await },
+            )
             .await
     }
 
@@ -68,9 +73,13 @@ impl Lease {
     pub async fn revoke(&self, id: i64) -> Result<LeaseRevokeResponse> {
         let request = LeaseRevokeRequest { id };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.lease().lease_revoke(r).await
-            })
+            .unary(
+                Rpc::LeaseRevoke,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.lease().lease_revoke(r).await },
+            )
             .await
     }
 
@@ -87,9 +96,13 @@ impl Lease {
     pub async fn time_to_live(&self, id: i64, keys: bool) -> Result<LeaseTimeToLiveResponse> {
         let request = LeaseTimeToLiveRequest { id, keys };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.lease().lease_time_to_live(r).await
-            })
+            .unary(
+                Rpc::LeaseTimeToLive,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.lease().lease_time_to_live(r).await },
+            )
             .await
     }
 
@@ -104,6 +117,7 @@ impl Lease {
     pub async fn leases(&self) -> Result<LeaseLeasesResponse> {
         self.transport
             .unary(
+                Rpc::LeaseLeases,
                 Target::Any,
                 Deadline::Default,
                 LeaseLeasesRequest {},
@@ -135,6 +149,7 @@ impl Lease {
         let (tx, stream) = self
             .transport
             .open_bidi(
+                Rpc::LeaseKeepAlive,
                 Target::Any,
                 Deadline::Default,
                 LeaseKeepAliveRequest { id },

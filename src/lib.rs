@@ -55,6 +55,7 @@
 #![warn(missing_docs)]
 
 mod auth;
+mod balance;
 mod client;
 mod cluster;
 mod election;
@@ -64,9 +65,12 @@ mod kv;
 mod lease;
 mod lock;
 mod maintenance;
+mod metrics;
 mod options;
 pub mod proto;
 mod redact;
+mod retry;
+pub mod rpc;
 mod stream;
 mod token;
 mod transport;
@@ -77,18 +81,22 @@ mod watch;
 pub mod testkit;
 
 pub use auth::{Auth, PermissionType};
+pub use balance::{Candidate, LeaderFirst, PickPolicy};
 pub use client::Client;
 pub use cluster::Cluster;
 pub use election::Election;
+pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
 pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
 pub use lease::{Lease, LeaseKeeper};
 pub use lock::Lock;
 pub use maintenance::Maintenance;
 pub use options::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_TIMEOUT,
-    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REQUEST_TIMEOUT, Options, TlsOptions,
+    DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MEMBER_SYNC_INTERVAL,
+    DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, Options, TlsOptions,
 };
+pub use rpc::Route;
 pub use stream::ResponseStream;
 pub use txn::{Compare, CompareOp, Txn, TxnOp};
 pub use watch::{Watch, WatchOptions, Watcher};

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
+use crate::rpc::Rpc;
 use crate::transport::{Deadline, Target, Transport};
 
 /// The Lock service. Get one with [`Client::lock`](crate::Client::lock).
@@ -51,6 +52,7 @@ impl Lock {
         };
         self.transport
             .unary(
+                Rpc::Lock,
                 Target::Any,
                 Deadline::Unbounded,
                 request,
@@ -71,9 +73,13 @@ impl Lock {
     pub async fn unlock(&self, key: impl Into<Vec<u8>>) -> Result<UnlockResponse> {
         let request = UnlockRequest { key: key.into() };
         self.transport
-            .unary(Target::Any, Deadline::Default, request, |c, r| async move {
-                c.lock().unlock(r).await
-            })
+            .unary(
+                Rpc::Unlock,
+                Target::Any,
+                Deadline::Default,
+                request,
+                |c, r| async move { c.lock().unlock(r).await },
+            )
             .await
     }
 }

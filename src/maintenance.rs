@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
     DowngradeRequest, DowngradeResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
     MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest,
     StatusResponse, alarm_request::AlarmAction, downgrade_request::DowngradeAction,
 };
+use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 use crate::transport::{Deadline, Target, Transport};
 
@@ -47,21 +48,8 @@ impl Maintenance {
     /// # }
     /// ```
     pub fn on(&self, endpoint: &str) -> Result<Maintenance> {
-        let tls = self.transport.options.tls.is_some();
-        let url = crate::endpoint::normalize(endpoint, tls)?;
-        let index = self
-            .transport
-            .endpoints
-            .iter()
-            .position(|e| *e.url == *url)
-            .ok_or(Error::InvalidEndpoint {
-                endpoint: endpoint.to_owned(),
-                reason: "not one of the client's endpoints",
-            })?;
-        Ok(Maintenance::new(
-            self.transport.clone(),
-            Target::Member(index),
-        ))
+        let ep = self.transport.endpoint(endpoint)?;
+        Ok(Maintenance::new(self.transport.clone(), Target::Member(ep)))
     }
 
     /// The member's status: version, db size, leader id, raft term and index, learner or not.
@@ -76,7 +64,8 @@ impl Maintenance {
     pub async fn status(&self) -> Result<StatusResponse> {
         self.transport
             .unary(
-                self.target,
+                Rpc::Status,
+                self.target.clone(),
                 Deadline::Default,
                 StatusRequest {},
                 |c, r| async move { c.maintenance().status(r).await },
@@ -139,9 +128,15 @@ impl Maintenance {
             alarm: alarm as i32,
         };
         self.transport
-            .unary(self.target, Deadline::Default, request, |c, r| async move {
-                c.maintenance().alarm(r).await
-            })
+            .unary(
+                Rpc::Alarm {
+                    get: action == AlarmAction::Get,
+                },
+                self.target.clone(),
+                Deadline::Default,
+                request,
+                |c, r| async move { c.maintenance().alarm(r).await },
+            )
             .await
     }
 
@@ -160,7 +155,8 @@ impl Maintenance {
         // Defragmenting a large db takes minutes: no client deadline.
         self.transport
             .unary(
-                self.target,
+                Rpc::Defragment,
+                self.target.clone(),
                 Deadline::Unbounded,
                 DefragmentRequest {},
                 |c, r| async move { c.maintenance().defragment(r).await },
@@ -179,7 +175,8 @@ impl Maintenance {
     pub async fn hash(&self) -> Result<HashResponse> {
         self.transport
             .unary(
-                self.target,
+                Rpc::Hash,
+                self.target.clone(),
                 Deadline::Default,
                 HashRequest {},
                 |c, r| async move { c.maintenance().hash(r).await },
@@ -199,9 +196,13 @@ impl Maintenance {
     pub async fn hash_kv(&self, revision: i64) -> Result<HashKvResponse> {
         let request = HashKvRequest { revision };
         self.transport
-            .unary(self.target, Deadline::Default, request, |c, r| async move {
-                c.maintenance().hash_kv(r).await
-            })
+            .unary(
+                Rpc::HashKv,
+                self.target.clone(),
+                Deadline::Default,
+                request,
+                |c, r| async move { c.maintenance().hash_kv(r).await },
+            )
             .await
     }
 
@@ -217,9 +218,13 @@ impl Maintenance {
     pub async fn move_leader(&self, target_id: u64) -> Result<MoveLeaderResponse> {
         let request = MoveLeaderRequest { target_id };
         self.transport
-            .unary(self.target, Deadline::Default, request, |c, r| async move {
-                c.maintenance().move_leader(r).await
-            })
+            .unary(
+                Rpc::MoveLeader,
+                self.target.clone(),
+                Deadline::Default,
+                request,
+                |c, r| async move { c.maintenance().move_leader(r).await },
+            )
             .await
     }
 
@@ -242,9 +247,13 @@ impl Maintenance {
             version: version.into(),
         };
         self.transport
-            .unary(self.target, Deadline::Default, request, |c, r| async move {
-                c.maintenance().downgrade(r).await
-            })
+            .unary(
+                Rpc::Downgrade,
+                self.target.clone(),
+                Deadline::Default,
+                request,
+                |c, r| async move { c.maintenance().downgrade(r).await },
+            )
             .await
     }
 
@@ -261,7 +270,8 @@ impl Maintenance {
     pub async fn snapshot(&self) -> Result<ResponseStream<SnapshotResponse>> {
         self.transport
             .open_server_stream(
-                self.target,
+                Rpc::Snapshot,
+                self.target.clone(),
                 Deadline::Default,
                 SnapshotRequest {},
                 |c, r| async move { c.maintenance().snapshot(r).await },

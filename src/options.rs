@@ -36,6 +36,29 @@ pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// client before they are sent.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1536 * 1024;
 
+/// Default interval between health probes of one endpoint.
+///
+/// 500 ms: a frozen or cut-off member is noticed within interval + timeout (1.5 s), well inside
+/// an etcd election (1-2 s at etcd's defaults), at a cost of two tiny RPCs per member per half
+/// second. PD probes every 10 s and needs up to 20 s to notice.
+pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Default bound on one health probe (Status, then a linearizable read of `health`).
+///
+/// 1 s: a healthy member on a loaded box answers in milliseconds; etcd itself holds a
+/// linearizable read up to 7 s before it gives up, far too long to wait.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Default time after which a repeatable request still waiting on one endpoint is also sent to
+/// another one (hedging); the first answer wins.
+///
+/// 1 s: far above a healthy member's latency, well below the request timeout, so a read stuck on
+/// a frozen member still succeeds elsewhere in time.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Default interval of member sync (MemberList): new members are used, removed ones dropped.
+pub const DEFAULT_MEMBER_SYNC_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Options for [`Client::connect`](crate::Client::connect).
 ///
 /// ```
@@ -67,6 +90,22 @@ pub struct Options {
     pub(crate) max_request_bytes: usize,
     /// Largest response accepted (snapshots stream in chunks, so this bounds one range).
     pub(crate) max_response_bytes: usize,
+    /// Send `hasleader=true` on calls that need a leader, so a leaderless member refuses at once.
+    pub(crate) require_leader: bool,
+    /// Health probe interval per endpoint.
+    pub(crate) probe_interval: Duration,
+    /// Bound on one probe.
+    pub(crate) probe_timeout: Duration,
+    /// When a repeatable request is also sent to another endpoint.
+    pub(crate) attempt_timeout: Duration,
+    /// Retry backoff, jitter and attempt cap.
+    pub(crate) retry: crate::retry::RetryPolicy,
+    /// Member sync interval; `None` keeps the given endpoints as they are.
+    pub(crate) member_sync_interval: Option<Duration>,
+    /// Ejection and readmission tunables.
+    pub(crate) health: crate::endpoint::HealthConfig,
+    /// Chooses the endpoint of each request.
+    pub(crate) pick_policy: std::sync::Arc<dyn crate::balance::PickPolicy>,
 }
 
 impl Default for Options {
@@ -81,6 +120,14 @@ impl Default for Options {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             // etcd's client default is "unlimited" (MaxInt32); 512 MiB still stops a runaway.
             max_response_bytes: 512 * 1024 * 1024,
+            require_leader: true,
+            probe_interval: DEFAULT_PROBE_INTERVAL,
+            probe_timeout: DEFAULT_PROBE_TIMEOUT,
+            attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
+            retry: crate::retry::RetryPolicy::default(),
+            member_sync_interval: Some(DEFAULT_MEMBER_SYNC_INTERVAL),
+            health: crate::endpoint::HealthConfig::default(),
+            pick_policy: std::sync::Arc::new(crate::balance::LeaderFirst),
         }
     }
 }
@@ -195,6 +242,105 @@ impl Options {
         self
     }
 
+    /// Send `hasleader=true` with calls that need a leader (default on), so that a member that
+    /// lost its leader refuses them at once and they move on, instead of waiting up to etcd's
+    /// 7 s request timeout.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_require_leader(false);
+    /// ```
+    pub fn with_require_leader(mut self, on: bool) -> Self {
+        self.require_leader = on;
+        self
+    }
+
+    /// Probe every endpoint every `interval`, each probe bounded by `timeout`. Defaults
+    /// [`DEFAULT_PROBE_INTERVAL`] and [`DEFAULT_PROBE_TIMEOUT`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let o = etcd_ha::Options::new().with_probe(Duration::from_millis(250), Duration::from_millis(500));
+    /// ```
+    pub fn with_probe(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.probe_interval = interval;
+        self.probe_timeout = timeout;
+        self
+    }
+
+    /// Send a repeatable request that has waited this long on one endpoint to another one as
+    /// well (hedging). Default [`DEFAULT_ATTEMPT_TIMEOUT`].
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_attempt_timeout(std::time::Duration::from_millis(300));
+    /// ```
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// Retry settings: wait `backoff` +- `jitter` (a fraction, 0.1 = 10 %) between attempts,
+    /// at most `max_attempts` attempts per call. Defaults 25 ms, 0.1, 100.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let o = etcd_ha::Options::new().with_retry(Duration::from_millis(50), 0.2, 10);
+    /// ```
+    pub fn with_retry(mut self, backoff: Duration, jitter: f64, max_attempts: u32) -> Self {
+        self.retry = crate::retry::RetryPolicy {
+            backoff,
+            jitter,
+            max_attempts,
+        };
+        self
+    }
+
+    /// Sync the endpoint set with the cluster's members every `interval` (and after failures).
+    /// Default [`DEFAULT_MEMBER_SYNC_INTERVAL`].
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_member_sync(std::time::Duration::from_secs(30));
+    /// ```
+    pub fn with_member_sync(mut self, interval: Duration) -> Self {
+        self.member_sync_interval = Some(interval);
+        self
+    }
+
+    /// Keep exactly the endpoints given (for example when they are a load balancer or names
+    /// that differ from the members' advertised URLs).
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().without_member_sync();
+    /// ```
+    pub fn without_member_sync(mut self) -> Self {
+        self.member_sync_interval = None;
+        self
+    }
+
+    /// Ejection tunables: the n-th ejection in a row lasts `n x base`, at most `max`; an ejected
+    /// endpoint needs `readmit_probes` good probes in a row to come back. Defaults 250 ms, 2 s, 2.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let o = etcd_ha::Options::new().with_ejection(Duration::from_millis(100), Duration::from_secs(1), 3);
+    /// ```
+    pub fn with_ejection(mut self, base: Duration, max: Duration, readmit_probes: u32) -> Self {
+        self.health.eject_base = base;
+        self.health.eject_max = max;
+        self.health.readmit_probes = readmit_probes;
+        self
+    }
+
+    /// Route requests with your own [`PickPolicy`](crate::PickPolicy). Default
+    /// [`LeaderFirst`](crate::LeaderFirst).
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_pick_policy(etcd_ha::LeaderFirst);
+    /// ```
+    pub fn with_pick_policy(mut self, policy: impl crate::balance::PickPolicy) -> Self {
+        self.pick_policy = std::sync::Arc::new(policy);
+        self
+    }
+
     /// Check the options once, at connect, with a typed error.
     ///
     /// ```
@@ -220,6 +366,27 @@ impl Options {
             if self.keepalive_timeout.is_zero() {
                 return invalid("keepalive", "timeout must be greater than zero");
             }
+        }
+        if self.probe_interval.is_zero() || self.probe_timeout.is_zero() {
+            return invalid("probe", "interval and timeout must be greater than zero");
+        }
+        if self.attempt_timeout.is_zero() {
+            return invalid("attempt_timeout", "must be greater than zero");
+        }
+        if !(0.0..=1.0).contains(&self.retry.jitter) {
+            return invalid("retry", "jitter must be a fraction from 0 to 1");
+        }
+        if self.retry.max_attempts == 0 {
+            return invalid("retry", "max_attempts must be at least 1");
+        }
+        if self.member_sync_interval.is_some_and(|i| i.is_zero()) {
+            return invalid("member_sync", "interval must be greater than zero");
+        }
+        if self.health.eject_base.is_zero() || self.health.eject_max < self.health.eject_base {
+            return invalid("ejection", "base must be > 0 and max >= base");
+        }
+        if self.health.readmit_probes == 0 {
+            return invalid("ejection", "readmit_probes must be at least 1");
         }
         if self.max_request_bytes == 0 {
             return invalid("max_request_bytes", "must be greater than zero");
@@ -255,6 +422,14 @@ impl fmt::Debug for Options {
             .field("tls", &self.tls)
             .field("max_request_bytes", &self.max_request_bytes)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("require_leader", &self.require_leader)
+            .field("probe_interval", &self.probe_interval)
+            .field("probe_timeout", &self.probe_timeout)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .field("retry", &self.retry)
+            .field("member_sync_interval", &self.member_sync_interval)
+            .field("health", &self.health)
+            .field("pick_policy", &self.pick_policy)
             .finish()
     }
 }

@@ -1,17 +1,24 @@
-//! How every call leaves the client: endpoint choice, auth token, deadline, size limit, error mapping.
+//! How every call leaves the client: pick, token, require-leader, deadline, retry and hedging.
 //!
-//! The typed sub-clients (KV, Lease, ...) describe *what* to call; this file decides *where* and
-//! *how*. It is the single place where `tonic::Status` becomes [`Error`].
+//! The typed sub-clients say *what* to call and which [`Rpc`] it is; this file decides *where*
+//! (the [`Balancer`]), *how often* (the [`RetryPolicy`]) and *how long*. It is also where what a
+//! call learned flows back: failures eject endpoints and wake the probers, so the next pick
+//! already avoids a member that just died.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tonic::Request;
-use tonic::transport::Channel;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::{Channel, ClientTlsConfig};
 
-use crate::endpoint::Endpoint;
+use crate::balance::Balancer;
+use crate::endpoint::{self, Endpoint, EndpointInfo, Failure};
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::proto::etcdserverpb::{
@@ -21,16 +28,25 @@ use crate::proto::etcdserverpb::{
 };
 use crate::proto::v3electionpb::election_client::ElectionClient;
 use crate::proto::v3lockpb::lock_client::LockClient;
+use crate::retry::{Decision, never_sent};
+use crate::rpc::{Idempotency, Route, Rpc};
 use crate::token::TokenCell;
 
-/// Where a call should go.
-#[derive(Clone, Copy, Debug, Default)]
+/// Metadata key of etcd's require-leader check.
+const HAS_LEADER_KEY: &str = "hasleader";
+
+/// At most this many attempts of one repeatable call are in flight at once (the original plus
+/// one hedge): enough to route around one stuck member without doubling the load.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// Where a call goes.
+#[derive(Clone, Debug, Default)]
 pub(crate) enum Target {
-    /// Whichever endpoint the client currently prefers.
+    /// Wherever the balancer routes the RPC.
     #[default]
     Any,
-    /// This endpoint (index into the endpoint list), e.g. maintenance of one member.
-    Member(usize),
+    /// This endpoint only (maintenance of one member).
+    Member(Arc<Endpoint>),
 }
 
 /// How long a unary call may take.
@@ -39,7 +55,7 @@ pub(crate) enum Deadline {
     /// The client's request timeout.
     #[default]
     Default,
-    /// No deadline: calls that wait by design (server-side Lock and Campaign).
+    /// No deadline: calls that wait by design (server-side Lock and Campaign, Defragment).
     Unbounded,
 }
 
@@ -74,73 +90,159 @@ impl Conn {
 /// Shared state behind every [`Client`](crate::Client) handle.
 #[derive(Debug)]
 pub(crate) struct Transport {
-    /// The members' endpoints, in the order given (deduplicated).
-    pub(crate) endpoints: Vec<Endpoint>,
-    /// Index of the endpoint calls go to; moves on when that endpoint's transport fails.
-    preferred: AtomicUsize,
+    /// Endpoints, health and leader.
+    pub(crate) balancer: Balancer,
     /// Validated options.
     pub(crate) options: Options,
+    /// TLS settings, kept to dial members that member sync discovers.
+    tls: Option<ClientTlsConfig>,
     /// Auth token, when credentials were given.
     token: Option<TokenCell>,
+    /// Cancelled when the last client handle goes: stops every background task.
+    pub(crate) cancel: CancellationToken,
+    /// Wakes every prober at once (a failure hinted that the leader moved or a member died).
+    pub(crate) probe_now: Arc<Notify>,
+    /// Wakes member sync (a failure hinted that membership may have changed).
+    pub(crate) sync_now: Arc<Notify>,
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
 }
 
 impl Transport {
-    pub(crate) fn new(endpoints: Vec<Endpoint>, options: Options) -> Arc<Self> {
+    /// Build the endpoint set and start the probers and member sync.
+    pub(crate) fn start(
+        urls: &[String],
+        options: Options,
+        tls: Option<ClientTlsConfig>,
+    ) -> Result<Arc<Self>> {
+        let cancel = CancellationToken::new();
+        let endpoints = urls
+            .iter()
+            .map(|u| {
+                let channel = endpoint::channel(u, &options, tls.as_ref())?;
+                Ok(Endpoint::new(
+                    u.as_str().into(),
+                    channel,
+                    options.health,
+                    cancel.child_token(),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let token = options.credentials.as_ref().map(|_| TokenCell::default());
-        Arc::new(Transport {
-            endpoints,
-            preferred: AtomicUsize::new(0),
+        let transport = Arc::new(Transport {
+            balancer: Balancer::new(endpoints, options.pick_policy.clone()),
             options,
+            tls,
             token,
-        })
+            cancel,
+            probe_now: Arc::new(Notify::new()),
+            sync_now: Arc::new(Notify::new()),
+        });
+        for ep in transport.balancer.endpoints().iter() {
+            transport.spawn_prober(ep.clone());
+        }
+        if let Some(interval) = transport.options.member_sync_interval {
+            let sync = endpoint::sync::MemberSync::new(Arc::downgrade(&transport), interval);
+            let span = tracing::info_span!("etcd_ha_member_sync");
+            tokio::spawn(tracing::Instrument::instrument(sync.run(), span));
+        }
+        Ok(transport)
     }
 
-    /// Make `index` the endpoint calls go to.
-    pub(crate) fn prefer(&self, index: usize) {
-        self.preferred.store(index, Ordering::Relaxed);
+    fn spawn_prober(self: &Arc<Self>, ep: Arc<Endpoint>) {
+        let span = tracing::info_span!("etcd_ha_prober", endpoint = %ep.url);
+        let prober = endpoint::prober::Prober::new(ep, Arc::downgrade(self));
+        tokio::spawn(tracing::Instrument::instrument(prober.run(), span));
     }
 
-    /// The endpoint a call to `target` goes to now.
-    pub(crate) fn pick(&self, target: Target) -> (usize, Conn) {
-        let index = match target {
-            Target::Any => self.preferred.load(Ordering::Relaxed) % self.endpoints.len(),
-            Target::Member(i) => i,
-        };
-        let conn = Conn {
-            channel: self.endpoints[index].channel.clone(),
+    /// A connection to `ep`.
+    pub(crate) fn conn(&self, ep: &Endpoint) -> Conn {
+        Conn {
+            channel: ep.channel.clone(),
             max_response_bytes: self.options.max_response_bytes,
-        };
-        (index, conn)
-    }
-
-    /// Note that the transport to `index` failed, so later calls go elsewhere.
-    fn failed(&self, index: usize) {
-        let next = (index + 1) % self.endpoints.len();
-        // Only move on if nobody else already did.
-        let _ = self
-            .preferred
-            .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
-        tracing::debug!(endpoint = %self.endpoints[index].url, "transport failed; preferring {}", self.endpoints[next].url);
-    }
-
-    /// Translate a status from endpoint `index`, noting transport failures.
-    pub(crate) fn error(&self, index: usize, status: tonic::Status) -> Error {
-        let err = Error::from_status(status, &self.endpoints[index].url);
-        if err.is_transport() {
-            self.failed(index);
         }
-        err
     }
 
-    /// Attach the auth token; returns its generation.
-    pub(crate) fn decorate<T>(&self, request: &mut Request<T>) -> u64 {
+    /// The endpoint with this URL (any accepted spelling), if it is in the set.
+    pub(crate) fn endpoint(&self, url: &str) -> Result<Arc<Endpoint>> {
+        let normalized = endpoint::normalize(url, self.options.tls.is_some())?;
+        self.balancer
+            .endpoints()
+            .iter()
+            .find(|e| *e.url == *normalized)
+            .cloned()
+            .ok_or(Error::InvalidEndpoint {
+                endpoint: url.to_owned(),
+                reason: "not one of the client's endpoints",
+            })
+    }
+
+    /// Snapshots of every endpoint.
+    pub(crate) fn infos(&self) -> Vec<EndpointInfo> {
+        let leader = self.balancer.leader_id();
+        self.balancer
+            .endpoints()
+            .iter()
+            .map(|e| e.info(leader))
+            .collect()
+    }
+
+    /// Attach the auth token and, for calls that need a leader, `hasleader=true`; returns the
+    /// token generation used and whether a token went out.
+    pub(crate) fn decorate<T>(&self, rpc: Rpc, request: &mut Request<T>) -> (u64, bool) {
+        if self.options.require_leader && rpc.requires_leader() {
+            request
+                .metadata_mut()
+                .insert(HAS_LEADER_KEY, AsciiMetadataValue::from_static("true"));
+        }
         match &self.token {
-            Some(cell) => cell.attach(request.metadata_mut()),
-            None => 0,
+            Some(cell) => {
+                let generation = cell.attach(request.metadata_mut());
+                let sent = request.metadata().contains_key(crate::token::TOKEN_KEY);
+                (generation, sent)
+            }
+            None => (0, false),
         }
     }
 
-    /// The deadline a unary call gets.
+    /// What a failed call teaches: eject or mark the endpoint, and wake the probers when the
+    /// leader may have moved.
+    pub(crate) fn learn(&self, ep: &Endpoint, error: &Error) {
+        let was_leader = {
+            let id = ep.raft().member_id;
+            id != 0 && id == self.balancer.leader_id()
+        };
+        match error {
+            Error::Transport { .. } | Error::Timeout | Error::StreamClosed => {
+                ep.on_failure(Failure::Unreachable, error);
+                if was_leader {
+                    self.balancer.forget_leader(ep.raft().member_id);
+                }
+                self.probe_now.notify_waiters();
+                self.sync_now.notify_one();
+            }
+            Error::NoLeader => {
+                ep.on_failure(Failure::NoLeader, error);
+                if was_leader {
+                    self.balancer.forget_leader(ep.raft().member_id);
+                }
+                self.probe_now.notify_waiters();
+            }
+            Error::LeaderChanged | Error::NotLeader | Error::Unavailable(_) => {
+                if was_leader {
+                    self.balancer.forget_leader(ep.raft().member_id);
+                }
+                self.probe_now.notify_waiters();
+            }
+            _ => {}
+        }
+    }
+
+    /// The deadline a call gets.
     fn timeout(&self, deadline: Deadline) -> Option<Duration> {
         match deadline {
             Deadline::Default => self.options.request_timeout,
@@ -148,10 +250,21 @@ impl Transport {
         }
     }
 
-    /// Make one unary call: pick the endpoint, attach the token, enforce the deadline and the size
-    /// limit, map the error; renew the token once if etcd rejected it.
+    /// The endpoint for the next attempt.
+    fn pick(&self, rpc: Rpc, target: &Target, tried: &[Arc<str>]) -> Result<Arc<Endpoint>> {
+        match target {
+            Target::Member(ep) => Ok(ep.clone()),
+            Target::Any => self
+                .balancer
+                .pick(rpc.route(), tried)
+                .ok_or(Error::NoEndpoints),
+        }
+    }
+
+    /// Make one unary call with retries, hedging and token renewal; see the module docs.
     pub(crate) async fn unary<Req, Resp, F, Fut>(
         &self,
+        rpc: Rpc,
         target: Target,
         deadline: Deadline,
         message: Req,
@@ -165,48 +278,149 @@ impl Transport {
         if message.encoded_len() > self.options.max_request_bytes {
             return Err(Error::RequestTooLarge);
         }
-        let timeout = self.timeout(deadline);
-        let mut renewed = false;
-        loop {
-            let (index, conn) = self.pick(target);
+        crate::metrics::request(rpc.name());
+        let deadline = self.timeout(deadline).map(|t| Instant::now() + t);
+        let pinned = matches!(target, Target::Member(_));
+        let hedging = !pinned && rpc.idempotency() == Idempotency::Repeatable;
+        let policy = self.options.retry;
+
+        let launch = |ep: Arc<Endpoint>| {
             let mut request = Request::new(message.clone());
-            let generation = self.decorate(&mut request);
-            let sent_token = request.metadata().contains_key(crate::token::TOKEN_KEY);
-            if let Some(t) = timeout {
-                // Also tells the server (grpc-timeout), so it stops working for us in time.
-                request.set_timeout(t);
+            let (generation, sent_token) = self.decorate(rpc, &mut request);
+            if let Some(d) = deadline {
+                // Tell the server too (grpc-timeout), so it stops working for us in time.
+                request.set_timeout(d.saturating_duration_since(Instant::now()));
             }
-            let result = match timeout {
-                Some(t) => match tokio::time::timeout(t, call(conn, request)).await {
-                    Ok(r) => r,
-                    Err(_) => return Err(Error::Timeout),
-                },
-                None => call(conn, request).await,
+            let fut = call(self.conn(&ep), request);
+            async move {
+                let started = Instant::now();
+                let result = fut.await;
+                (ep, started, generation, sent_token, result)
+            }
+        };
+
+        let mut tried: Vec<Arc<str>> = Vec::new();
+        let mut in_flight = FuturesUnordered::new();
+        let mut attempts: u32 = 1;
+        let mut renewed = false;
+        let first = self.pick(rpc, &target, &tried)?;
+        tried.push(first.url.clone());
+        in_flight.push(launch(first));
+        let mut hedge_at = Instant::now() + self.options.attempt_timeout;
+
+        loop {
+            let deadline_sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
             };
-            match result {
-                Ok(response) => return Ok(response.into_inner()),
-                Err(status) => {
-                    let err = self.error(index, status);
+            let can_hedge =
+                hedging && in_flight.len() < MAX_IN_FLIGHT && attempts < policy.max_attempts;
+            tokio::select! {
+                // An attempt finished.
+                Some((ep, started, generation, sent_token, result)) = in_flight.next() => {
+                    let status = match result {
+                        Ok(response) => {
+                            ep.on_success(started.elapsed());
+                            return Ok(response.into_inner());
+                        }
+                        Err(status) => status,
+                    };
+                    let unsent = never_sent(&status);
+                    let err = Error::from_status(status, &ep.url);
+                    self.learn(&ep, &err);
                     if wants_login(&err, sent_token) && !renewed && self.token.is_some() {
                         renewed = true;
                         self.renew_token(generation).await?;
+                        in_flight.push(launch(ep));
                         continue;
                     }
-                    return Err(err);
+                    let decision = if pinned && !unsent {
+                        Decision::Stop
+                    } else {
+                        policy.decide(rpc, &err, unsent, attempts)
+                    };
+                    if decision == Decision::Stop {
+                        // Another attempt may still succeed; a definite answer (e.g. compacted)
+                        // from any member is the answer.
+                        if in_flight.is_empty() || !err.is_retryable() {
+                            return Err(err);
+                        }
+                        continue;
+                    }
+                    if !in_flight.is_empty() {
+                        // The hedge is still running; let it answer.
+                        continue;
+                    }
+                    let wait = policy.backoff();
+                    if deadline.is_some_and(|d| Instant::now() + wait >= d) {
+                        return Err(err);
+                    }
+                    tokio::time::sleep(wait).await;
+                    let next = self.next_endpoint(rpc, &target, &mut tried, &ep)?;
+                    tracing::debug!(rpc = rpc.name(), from = %ep.url, to = %next.url, error = %err, "retrying");
+                    crate::metrics::retry(rpc.name());
+                    attempts += 1;
+                    in_flight.push(launch(next));
+                    hedge_at = Instant::now() + self.options.attempt_timeout;
+                }
+                // Slow: send a repeatable request to another member as well.
+                _ = tokio::time::sleep_until(hedge_at), if can_hedge => {
+                    let Ok(next) = self.pick(rpc, &target, &tried) else { continue };
+                    if tried.iter().any(|t| *t == next.url) {
+                        // Nowhere else to go; keep waiting on what is in flight.
+                        hedge_at = Instant::now() + self.options.attempt_timeout;
+                        continue;
+                    }
+                    tracing::debug!(rpc = rpc.name(), to = %next.url, "hedging a slow request");
+                    crate::metrics::retry(rpc.name());
+                    tried.push(next.url.clone());
+                    attempts += 1;
+                    in_flight.push(launch(next));
+                    hedge_at = Instant::now() + self.options.attempt_timeout;
+                }
+                () = deadline_sleep => {
+                    // Whatever is still in flight is abandoned: for a mutation the outcome is
+                    // unknown, which is what Timeout says.
+                    return Err(Error::Timeout);
                 }
             }
         }
     }
 
-    /// Open a stream: like [`unary`](Self::unary) but the request is built by `make` for each
-    /// attempt (a stream body cannot be cloned), and only the opening is bounded by the deadline.
+    /// The endpoint for a retry: one this call has not tried yet; when all were tried, any but
+    /// the one that just failed.
+    fn next_endpoint(
+        &self,
+        rpc: Rpc,
+        target: &Target,
+        tried: &mut Vec<Arc<str>>,
+        failed: &Endpoint,
+    ) -> Result<Arc<Endpoint>> {
+        let all = self.balancer.endpoints();
+        if all.iter().all(|e| tried.contains(&e.url)) {
+            tried.clear();
+            tried.push(failed.url.clone());
+        }
+        let next = self.pick(rpc, target, tried)?;
+        if !tried.contains(&next.url) {
+            tried.push(next.url.clone());
+        }
+        Ok(next)
+    }
+
+    /// Open a stream: the request is built by `make` for each attempt (a stream body cannot be
+    /// cloned). Each attempt's opening is bounded by the attempt timeout, the whole by the
+    /// request timeout; repeatable streams are retried on other members.
     pub(crate) async fn open_stream<Body, Resp, M, F, Fut>(
         &self,
+        rpc: Rpc,
         target: Target,
         deadline: Deadline,
         make: M,
         call: F,
-    ) -> Result<(usize, tonic::Streaming<Resp>)>
+    ) -> Result<(Arc<Endpoint>, tonic::Streaming<Resp>)>
     where
         M: Fn() -> Body,
         F: Fn(Conn, Request<Body>) -> Fut,
@@ -214,31 +428,66 @@ impl Transport {
             Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
         >,
     {
+        crate::metrics::request(rpc.name());
+        let deadline = self.timeout(deadline).map(|t| Instant::now() + t);
+        let pinned = matches!(target, Target::Member(_));
+        let policy = self.options.retry;
+        let mut tried: Vec<Arc<str>> = Vec::new();
+        let mut attempts: u32 = 1;
         let mut renewed = false;
+        let mut ep = self.pick(rpc, &target, &tried)?;
+        tried.push(ep.url.clone());
         loop {
-            let (index, conn) = self.pick(target);
             let mut request = Request::new(make());
-            let generation = self.decorate(&mut request);
-            let sent_token = request.metadata().contains_key(crate::token::TOKEN_KEY);
-            let open = call(conn, request);
-            let result = match self.timeout(deadline) {
-                Some(t) => tokio::time::timeout(t, open)
-                    .await
-                    .map_err(|_| Error::Timeout)?,
-                None => open.await,
-            };
-            match result {
-                Ok(response) => return Ok((index, response.into_inner())),
-                Err(status) => {
-                    let err = self.error(index, status);
-                    if wants_login(&err, sent_token) && !renewed && self.token.is_some() {
-                        renewed = true;
-                        self.renew_token(generation).await?;
-                        continue;
-                    }
-                    return Err(err);
+            let (generation, sent_token) = self.decorate(rpc, &mut request);
+            let started = Instant::now();
+            let open = call(self.conn(&ep), request);
+            // A repeatable stream that does not open in time is opened elsewhere; others wait
+            // for the whole deadline.
+            // Streams without a deadline (observe) wait by design: no attempt limit either.
+            let limit = match (rpc.idempotency(), deadline) {
+                (Idempotency::Repeatable, Some(d)) if !pinned => {
+                    Some((started + self.options.attempt_timeout).min(d))
                 }
+                (_, d) => d,
+            };
+            let result = match limit {
+                Some(l) => match tokio::time::timeout_at(l, open).await {
+                    Ok(r) => r.map_err(|s| (never_sent(&s), Error::from_status(s, &ep.url))),
+                    Err(_) => Err((false, Error::Timeout)),
+                },
+                None => open
+                    .await
+                    .map_err(|s| (never_sent(&s), Error::from_status(s, &ep.url))),
+            };
+            let (unsent, err) = match result {
+                Ok(response) => {
+                    ep.on_success(started.elapsed());
+                    return Ok((ep, response.into_inner()));
+                }
+                Err(e) => e,
+            };
+            self.learn(&ep, &err);
+            if wants_login(&err, sent_token) && !renewed && self.token.is_some() {
+                renewed = true;
+                self.renew_token(generation).await?;
+                continue;
             }
+            let decision = if pinned && !unsent {
+                Decision::Stop
+            } else {
+                policy.decide(rpc, &err, unsent, attempts)
+            };
+            let wait = policy.backoff();
+            if decision == Decision::Stop || deadline.is_some_and(|d| Instant::now() + wait >= d) {
+                return Err(err);
+            }
+            tokio::time::sleep(wait).await;
+            let next = self.next_endpoint(rpc, &target, &mut tried, &ep)?;
+            tracing::debug!(rpc = rpc.name(), from = %ep.url, to = %next.url, error = %err, "retrying stream open");
+            crate::metrics::retry(rpc.name());
+            attempts += 1;
+            ep = next;
         }
     }
 
@@ -256,19 +505,21 @@ impl Transport {
             name: credentials.user.clone(),
             password: credentials.password.clone(),
         };
-        // Authenticate carries no token; try each endpoint once, starting with the preferred one.
+        // Authenticate hashes the password with bcrypt on the server: allow it some time.
+        let limit = self
+            .options
+            .request_timeout
+            .unwrap_or(self.options.connect_timeout * 2);
         let mut last = Error::NoEndpoints;
-        for _ in 0..self.endpoints.len() {
-            let (index, conn) = self.pick(Target::Any);
-            let mut auth = conn.auth();
+        let mut tried: Vec<Arc<str>> = Vec::new();
+        for _ in 0..self.balancer.endpoints().len() {
+            let Some(ep) = self.balancer.pick(Route::Any, &tried) else {
+                break;
+            };
+            tried.push(ep.url.clone());
+            let mut auth = self.conn(&ep).auth();
             let call = auth.authenticate(Request::new(message.clone()));
-            // Authenticate hashes the password with bcrypt on the server: allow it some time.
-            let limit = self
-                .options
-                .request_timeout
-                .unwrap_or(self.options.connect_timeout * 2);
-            let result = tokio::time::timeout(limit, call).await;
-            match result {
+            match tokio::time::timeout(limit, call).await {
                 Ok(Ok(response)) => {
                     let token = response.into_inner().token;
                     let value = token.parse().map_err(|_| Error::InvalidAuthToken)?;
@@ -277,7 +528,8 @@ impl Transport {
                     return Ok(());
                 }
                 Ok(Err(status)) => {
-                    last = self.error(index, status);
+                    last = Error::from_status(status, &ep.url);
+                    self.learn(&ep, &last);
                     if matches!(last, Error::AuthNotEnabled) {
                         // Auth is off (or was turned off): call without a token, as etcd's
                         // clientv3 does; etcd 3.4/3.5 reject a token from before AuthDisable.
@@ -285,17 +537,68 @@ impl Transport {
                         tracing::debug!("auth is not enabled; calling without a token");
                         return Ok(());
                     }
-                    if !last.is_transport() {
+                    if !last.is_retryable() {
                         return Err(last);
                     }
                 }
                 Err(_) => {
                     last = Error::Timeout;
-                    self.failed(index);
+                    self.learn(&ep, &last);
                 }
             }
         }
         Err(last)
+    }
+
+    /// Bring the endpoint set in line with the cluster's members (client URLs of started,
+    /// voting members). Keeps existing endpoints (their connections and health), dials new ones,
+    /// drops removed ones. Never empties the set.
+    pub(crate) fn apply_members(self: &Arc<Self>, urls: Vec<String>) {
+        if urls.is_empty() {
+            return;
+        }
+        let current = self.balancer.endpoints();
+        let mut next = Vec::with_capacity(urls.len());
+        let mut added = Vec::new();
+        for url in &urls {
+            if let Some(ep) = current.iter().find(|e| *e.url == **url) {
+                next.push(ep.clone());
+                continue;
+            }
+            match endpoint::channel(url, &self.options, self.tls.as_ref()) {
+                Ok(channel) => {
+                    let ep = Endpoint::new(
+                        url.as_str().into(),
+                        channel,
+                        self.options.health,
+                        self.cancel.child_token(),
+                    );
+                    added.push(ep.clone());
+                    next.push(ep);
+                }
+                Err(e) => tracing::warn!(%url, error = %e, "member URL is not usable; skipped"),
+            }
+        }
+        if next.is_empty() {
+            return;
+        }
+        let removed: Vec<_> = current
+            .iter()
+            .filter(|e| !next.iter().any(|n| Arc::ptr_eq(n, e)))
+            .cloned()
+            .collect();
+        if added.is_empty() && removed.is_empty() {
+            return;
+        }
+        self.balancer.replace(next);
+        for ep in &added {
+            tracing::info!(endpoint = %ep.url, "member added; endpoint in use");
+            self.spawn_prober(ep.clone());
+        }
+        for ep in &removed {
+            tracing::info!(endpoint = %ep.url, "member removed; endpoint dropped");
+            ep.cancel.cancel();
+        }
     }
 }
 
@@ -322,6 +625,7 @@ impl Transport {
     /// for further requests and the typed response stream.
     pub(crate) async fn open_bidi<Req, Resp, F, Fut>(
         &self,
+        rpc: Rpc,
         target: Target,
         deadline: Deadline,
         first: Req,
@@ -346,19 +650,19 @@ impl Transport {
             *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
             tokio_stream::wrappers::ReceiverStream::new(rx)
         };
-        let (index, streaming) = self.open_stream(target, deadline, make, call).await?;
+        let (ep, streaming) = self.open_stream(rpc, target, deadline, make, call).await?;
         let tx = sender
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
             .expect("make ran before the stream opened");
-        let stream =
-            crate::stream::ResponseStream::new(streaming, self.endpoints[index].url.clone());
+        let stream = crate::stream::ResponseStream::new(streaming, ep.url.clone());
         Ok((tx, stream))
     }
 
     /// Open a server stream: like [`unary`](Self::unary) but the response is a stream.
     pub(crate) async fn open_server_stream<Req, Resp, F, Fut>(
         &self,
+        rpc: Rpc,
         target: Target,
         deadline: Deadline,
         message: Req,
@@ -371,12 +675,12 @@ impl Transport {
             Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
         >,
     {
-        let (index, streaming) = self
-            .open_stream(target, deadline, || message.clone(), call)
+        let (ep, streaming) = self
+            .open_stream(rpc, target, deadline, || message.clone(), call)
             .await?;
         Ok(crate::stream::ResponseStream::new(
             streaming,
-            self.endpoints[index].url.clone(),
+            ep.url.clone(),
         ))
     }
 }

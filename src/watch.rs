@@ -10,6 +10,7 @@ use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
     watch_create_request::FilterType, watch_request::RequestUnion,
 };
+use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 use crate::transport::{Deadline, Target, Transport};
 
@@ -71,9 +72,13 @@ impl Watch {
     ) -> Result<(Watcher, ResponseStream<WatchResponse>)> {
         let (tx, stream) = self
             .transport
-            .open_bidi(Target::Any, Deadline::Default, first, |c, r| async move {
-                c.watch().watch(r).await
-            })
+            .open_bidi(
+                Rpc::Watch,
+                Target::Any,
+                Deadline::Default,
+                first,
+                |c, r| async move { c.watch().watch(r).await },
+            )
             .await?;
         Ok((Watcher { tx }, stream))
     }

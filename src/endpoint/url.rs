@@ -1,6 +1,4 @@
-//! One etcd member's endpoint: its parsed URL and the lazily connected HTTP/2 channel to it.
-
-use std::sync::Arc;
+//! Endpoint URLs and channels: parse what the user gave, build the lazily connected HTTP/2 channel.
 
 use http::Uri;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -10,21 +8,6 @@ use crate::options::{Options, TlsOptions};
 
 /// etcd's client port; used when an endpoint names only a host.
 const DEFAULT_PORT: u16 = 2379;
-
-/// A member endpoint as the client uses it: a normalised URL and its channel.
-#[derive(Clone)]
-pub(crate) struct Endpoint {
-    /// `http(s)://host:port`, used for logs, errors and [`Client::endpoint_urls`](crate::Client).
-    pub(crate) url: Arc<str>,
-    /// One HTTP/2 connection, dialled on first use and redialled by tonic after a failure.
-    pub(crate) channel: Channel,
-}
-
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.url)
-    }
-}
 
 /// Parse and normalise one endpoint given by the user.
 ///
@@ -84,11 +67,11 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
 }
 
 /// Build the lazily connected channel for one normalised URL.
-pub(crate) fn build(
+pub(crate) fn channel(
     url: &str,
     options: &Options,
     tls: Option<&ClientTlsConfig>,
-) -> Result<Endpoint> {
+) -> Result<Channel> {
     let invalid = |_| Error::InvalidEndpoint {
         endpoint: url.to_owned(),
         reason: "rejected by the transport",
@@ -113,10 +96,7 @@ pub(crate) fn build(
         };
         ep = ep.tls_config(config).map_err(Error::TlsConfig)?;
     }
-    Ok(Endpoint {
-        url: url.into(),
-        channel: ep.connect_lazy(),
-    })
+    Ok(ep.connect_lazy())
 }
 
 /// Read the TLS files once, at connect, into tonic's rustls configuration.

@@ -1,0 +1,184 @@
+//! One member endpoint at run time: its URL, its HTTP/2 channel, its health, its raft view.
+//!
+//! Requests and the prober both write what they learn here (through short, non-async critical
+//! sections); the balancer reads [`Candidate`] snapshots.
+
+mod health;
+pub(crate) mod prober;
+pub(crate) mod sync;
+mod url;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use crate::balance::Candidate;
+
+pub use health::HealthState;
+pub(crate) use health::{Failure, Health, HealthConfig};
+pub(crate) use url::{channel, normalize, tls_config};
+
+/// What the member's last Status answer said about raft.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RaftView {
+    /// This member's id (0 until the first answer).
+    pub(crate) member_id: u64,
+    /// The leader it follows (0: none).
+    pub(crate) leader_id: u64,
+    /// Its raft term.
+    pub(crate) raft_term: u64,
+}
+
+/// A member endpoint.
+pub(crate) struct Endpoint {
+    /// `http(s)://host:port`.
+    pub(crate) url: Arc<str>,
+    /// One HTTP/2 connection, dialled on first use and redialled by tonic after a failure.
+    pub(crate) channel: Channel,
+    /// Health state machine; a std mutex, never held across `.await`.
+    health: Mutex<Health>,
+    /// Raft view from the last Status.
+    raft: Mutex<RaftView>,
+    /// Cancelled when the endpoint leaves the set (member removed) or the client goes away;
+    /// stops its prober.
+    pub(crate) cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+impl Endpoint {
+    pub(crate) fn new(
+        url: Arc<str>,
+        channel: Channel,
+        config: HealthConfig,
+        cancel: CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Endpoint {
+            url,
+            channel,
+            health: Mutex::new(Health::new(config, Instant::now())),
+            raft: Mutex::new(RaftView::default()),
+            cancel,
+        })
+    }
+
+    fn with_health<T>(&self, f: impl FnOnce(&mut Health) -> T) -> T {
+        let mut guard = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        let before = guard.state();
+        let out = f(&mut guard);
+        let after = guard.state();
+        if before != after {
+            let error = guard.last_error().unwrap_or("").to_owned();
+            drop(guard);
+            tracing::info!(endpoint = %self.url, from = ?before, to = ?after, %error, "endpoint health changed");
+            if after == HealthState::Ejected {
+                crate::metrics::ejection(&self.url);
+            }
+        }
+        out
+    }
+
+    /// The health state now (ejections that ran out move to probation).
+    pub(crate) fn state(&self) -> HealthState {
+        self.with_health(|h| {
+            h.tick(Instant::now());
+            h.state()
+        })
+    }
+
+    /// When the current ejection ends (in the past when not ejected).
+    pub(crate) fn eject_until(&self) -> Instant {
+        self.with_health(|h| h.eject_until())
+    }
+
+    /// A request here succeeded in `latency`.
+    pub(crate) fn on_success(&self, latency: Duration) {
+        self.with_health(|h| h.on_success(latency, Instant::now()));
+    }
+
+    /// A request or probe here failed.
+    pub(crate) fn on_failure(&self, failure: Failure, error: &dyn std::fmt::Display) {
+        let text = error.to_string();
+        self.with_health(|h| h.on_failure(failure, text, Instant::now()));
+    }
+
+    /// A probe answered.
+    pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
+        self.with_health(|h| h.on_probe_ok(has_leader, latency, Instant::now()));
+    }
+
+    pub(crate) fn raft(&self) -> RaftView {
+        *self.raft.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn set_raft(&self, view: RaftView) {
+        *self.raft.lock().unwrap_or_else(|e| e.into_inner()) = view;
+    }
+
+    /// What the pick policy sees, given the current leader's member id.
+    pub(crate) fn candidate(&self, leader_id: u64) -> Candidate {
+        let member_id = self.raft().member_id;
+        self.with_health(|h| {
+            h.tick(Instant::now());
+            Candidate {
+                state: h.state(),
+                is_leader: member_id != 0 && member_id == leader_id,
+                latency: h.latency(),
+            }
+        })
+    }
+
+    /// The public snapshot.
+    pub(crate) fn info(&self, leader_id: u64) -> EndpointInfo {
+        let raft = self.raft();
+        self.with_health(|h| {
+            let now = Instant::now();
+            h.tick(now);
+            EndpointInfo {
+                url: self.url.to_string(),
+                member_id: (raft.member_id != 0).then_some(raft.member_id),
+                health: h.state(),
+                is_leader: raft.member_id != 0 && raft.member_id == leader_id,
+                latency: h.latency(),
+                last_error: h.last_error().map(str::to_owned),
+                since: h.since().into_std(),
+            }
+        })
+    }
+}
+
+/// A snapshot of one endpoint, from [`Client::endpoints`](crate::Client::endpoints).
+///
+/// ```no_run
+/// # fn demo(client: etcd_ha::Client) {
+/// for e in client.endpoints() {
+///     println!("{} {:?} leader={} latency={:?} since {:?} last error {:?}",
+///         e.url, e.health, e.is_leader, e.latency, e.since.elapsed(), e.last_error);
+/// }
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndpointInfo {
+    /// The endpoint URL.
+    pub url: String,
+    /// The member id behind it, once a Status answer told it.
+    pub member_id: Option<u64>,
+    /// Health as the balancer sees it.
+    pub health: HealthState,
+    /// Whether its member is the raft leader, as last learned.
+    pub is_leader: bool,
+    /// Smoothed latency of successful requests and probes.
+    pub latency: Option<Duration>,
+    /// The last failure seen there.
+    pub last_error: Option<String>,
+    /// When it entered its current health state.
+    pub since: std::time::Instant,
+}

@@ -1,0 +1,96 @@
+//! Member sync: keeps the endpoint set equal to the cluster's started, voting members.
+//!
+//! Runs every sync interval and right after failures (a dead endpoint may mean a replaced
+//! member). Reads MemberList from a healthy member (serializable: it must work without a
+//! leader), keeps the client URLs of members that have a name (started) and are not learners,
+//! like etcd's own `Sync` and PD's syncer, and never empties the set.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::proto::etcdserverpb::MemberListRequest;
+use crate::rpc::Rpc;
+use crate::transport::{Deadline, Target, Transport};
+
+/// After a failure-triggered sync, wait at least this long before the next one: a flapping
+/// member should not turn into a MemberList storm.
+const MIN_GAP: Duration = Duration::from_millis(500);
+
+pub(crate) struct MemberSync {
+    transport: Weak<Transport>,
+    interval: Duration,
+}
+
+impl MemberSync {
+    pub(crate) fn new(transport: Weak<Transport>, interval: Duration) -> Self {
+        MemberSync {
+            transport,
+            interval,
+        }
+    }
+
+    pub(crate) async fn run(self) {
+        loop {
+            let Some(transport) = self.transport.upgrade() else {
+                return;
+            };
+            let cancel = transport.cancel.clone();
+            let notify = transport.sync_now.clone();
+            drop(transport);
+            let woken = notify.notified();
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(self.interval) => {}
+                () = woken => tokio::time::sleep(MIN_GAP).await,
+            }
+            let Some(transport) = self.transport.upgrade() else {
+                return;
+            };
+            if let Err(e) = sync_once(&transport).await {
+                tracing::debug!(error = %e, "member sync failed; keeping the endpoint set");
+            }
+        }
+    }
+}
+
+/// One sync: list members and apply the result.
+pub(crate) async fn sync_once(transport: &std::sync::Arc<Transport>) -> Result<(), Error> {
+    let list = transport
+        .unary(
+            Rpc::MemberList,
+            Target::Any,
+            Deadline::Default,
+            MemberListRequest {
+                linearizable: false,
+            },
+            |c, r| async move { c.cluster().member_list(r).await },
+        )
+        .await?;
+    let tls = transport.options.tls.is_some();
+    let current = transport.balancer.endpoints();
+    let mut urls = Vec::new();
+    for m in list.members {
+        if m.name.is_empty() || m.is_learner {
+            continue;
+        }
+        // One endpoint per member: the URL already in use if it is one of the member's,
+        // else its first usable one.
+        let usable: Vec<String> = m
+            .client_ur_ls
+            .iter()
+            .filter_map(|u| crate::endpoint::normalize(u, tls).ok())
+            .collect();
+        let chosen = usable
+            .iter()
+            .find(|u| current.iter().any(|e| *e.url == ***u))
+            .or(usable.first());
+        if let Some(u) = chosen
+            && !urls.contains(u)
+        {
+            urls.push(u.clone());
+        }
+    }
+    transport.apply_members(urls);
+    Ok(())
+}
