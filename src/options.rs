@@ -53,7 +53,8 @@ pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// another one (hedging); the first answer wins.
 ///
 /// 1 s: far above a healthy member's latency, well below the request timeout, so a read stuck on
-/// a frozen member still succeeds elsewhere in time.
+/// a frozen member still succeeds elsewhere in time. With a short request timeout the hedge goes
+/// out after a third of it instead.
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Default interval of member sync (MemberList): new members are used, removed ones dropped.

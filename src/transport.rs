@@ -279,6 +279,7 @@ impl Transport {
             return Err(Error::RequestTooLarge);
         }
         crate::metrics::request(rpc.name());
+        let deadline_kind = deadline;
         let deadline = self.timeout(deadline).map(|t| Instant::now() + t);
         let pinned = matches!(target, Target::Member(_));
         let hedging = !pinned && rpc.idempotency() == Idempotency::Repeatable;
@@ -306,7 +307,12 @@ impl Transport {
         let first = self.pick(rpc, &target, &tried)?;
         tried.push(first.url.clone());
         in_flight.push(launch(first));
-        let mut hedge_at = Instant::now() + self.options.attempt_timeout;
+        // Hedge early enough that the hedge itself has time to answer before the deadline.
+        let hedge_after = match self.timeout(deadline_kind) {
+            Some(t) => self.options.attempt_timeout.min(t / 3),
+            None => self.options.attempt_timeout,
+        };
+        let mut hedge_at = Instant::now() + hedge_after;
 
         loop {
             let deadline_sleep = async {
@@ -363,14 +369,14 @@ impl Transport {
                     crate::metrics::retry(rpc.name());
                     attempts += 1;
                     in_flight.push(launch(next));
-                    hedge_at = Instant::now() + self.options.attempt_timeout;
+                    hedge_at = Instant::now() + hedge_after;
                 }
                 // Slow: send a repeatable request to another member as well.
                 _ = tokio::time::sleep_until(hedge_at), if can_hedge => {
                     let Ok(next) = self.pick(rpc, &target, &tried) else { continue };
                     if tried.iter().any(|t| *t == next.url) {
                         // Nowhere else to go; keep waiting on what is in flight.
-                        hedge_at = Instant::now() + self.options.attempt_timeout;
+                        hedge_at = Instant::now() + hedge_after;
                         continue;
                     }
                     tracing::debug!(rpc = rpc.name(), to = %next.url, "hedging a slow request");
@@ -378,7 +384,7 @@ impl Transport {
                     tried.push(next.url.clone());
                     attempts += 1;
                     in_flight.push(launch(next));
-                    hedge_at = Instant::now() + self.options.attempt_timeout;
+                    hedge_at = Instant::now() + hedge_after;
                 }
                 () = deadline_sleep => {
                     // Whatever is still in flight is abandoned: for a mutation the outcome is
