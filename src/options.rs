@@ -57,6 +57,15 @@ pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// out after a third of it instead.
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Default time leader-bound calls wait for a new leader after the client lost the old one.
+///
+/// 2 s: an etcd election takes one to two election timeouts (1 s by default). Until it is over,
+/// followers still forward writes and read-index requests to the lost leader, where they hang
+/// until the deadline and come back ambiguous; waiting for the new leader instead turns those
+/// into successes. When only the client's link to a live leader broke, calls go through
+/// followers after this grace.
+pub const DEFAULT_LEADER_GRACE: Duration = Duration::from_secs(2);
+
 /// Default interval of member sync (MemberList): new members are used, removed ones dropped.
 pub const DEFAULT_MEMBER_SYNC_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -105,6 +114,8 @@ pub struct Options {
     pub(crate) member_sync_interval: Option<Duration>,
     /// Ejection and readmission tunables.
     pub(crate) health: crate::endpoint::HealthConfig,
+    /// How long leader-bound calls wait for a new leader after losing the old one.
+    pub(crate) leader_grace: Duration,
     /// Chooses the endpoint of each request.
     pub(crate) pick_policy: std::sync::Arc<dyn crate::balance::PickPolicy>,
 }
@@ -128,6 +139,7 @@ impl Default for Options {
             retry: crate::retry::RetryPolicy::default(),
             member_sync_interval: Some(DEFAULT_MEMBER_SYNC_INTERVAL),
             health: crate::endpoint::HealthConfig::default(),
+            leader_grace: DEFAULT_LEADER_GRACE,
             pick_policy: std::sync::Arc::new(crate::balance::LeaderFirst),
         }
     }
@@ -331,6 +343,18 @@ impl Options {
         self
     }
 
+    /// After the client lost the leader, calls that need one wait up to `grace` for a new
+    /// leader before they go through followers. Default [`DEFAULT_LEADER_GRACE`]; zero turns
+    /// the wait off.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_leader_grace(std::time::Duration::from_secs(3));
+    /// ```
+    pub fn with_leader_grace(mut self, grace: Duration) -> Self {
+        self.leader_grace = grace;
+        self
+    }
+
     /// Route requests with your own [`PickPolicy`](crate::PickPolicy). Default
     /// [`LeaderFirst`](crate::LeaderFirst).
     ///
@@ -430,6 +454,7 @@ impl fmt::Debug for Options {
             .field("retry", &self.retry)
             .field("member_sync_interval", &self.member_sync_interval)
             .field("health", &self.health)
+            .field("leader_grace", &self.leader_grace)
             .field("pick_policy", &self.pick_policy)
             .finish()
     }

@@ -39,6 +39,9 @@ const HAS_LEADER_KEY: &str = "hasleader";
 /// one hedge): enough to route around one stuck member without doubling the load.
 const MAX_IN_FLIGHT: usize = 2;
 
+/// How often a call waiting for a new leader looks again.
+const LEADER_POLL: Duration = Duration::from_millis(25);
+
 /// Where a call goes.
 #[derive(Clone, Debug, Default)]
 pub(crate) enum Target {
@@ -250,6 +253,31 @@ impl Transport {
         }
     }
 
+    /// After losing the leader, wait (bounded by the leader grace and the deadline) until a new
+    /// one is known, so that a leader-bound call is not sent to a follower that would forward it
+    /// to the lost leader and hang. Probes are woken so the new leader is found quickly.
+    async fn await_leader(&self, rpc: Rpc, target: &Target, deadline: Option<Instant>) {
+        if !matches!(target, Target::Any) || rpc.route() != Route::Leader {
+            return;
+        }
+        let Some(since) = self.balancer.leader_outage() else {
+            return;
+        };
+        let mut until = since + self.options.leader_grace;
+        if let Some(d) = deadline {
+            // Keep a little of the deadline for the call itself.
+            until = until.min(d - (d.saturating_duration_since(Instant::now()) / 4));
+        }
+        let mut next_probe = Instant::now();
+        while Instant::now() < until && self.balancer.leader_outage().is_some() {
+            if Instant::now() >= next_probe {
+                self.probe_now.notify_waiters();
+                next_probe = Instant::now() + LEADER_POLL * 4;
+            }
+            tokio::time::sleep(LEADER_POLL).await;
+        }
+    }
+
     /// The endpoint for the next attempt.
     fn pick(&self, rpc: Rpc, target: &Target, tried: &[Arc<str>]) -> Result<Arc<Endpoint>> {
         match target {
@@ -302,10 +330,14 @@ impl Transport {
 
         let mut tried: Vec<Arc<str>> = Vec::new();
         let mut in_flight = FuturesUnordered::new();
+        // Endpoints of the attempts in `in_flight`, to blame if the deadline runs out on them.
+        let mut waiting_on: Vec<Arc<Endpoint>> = Vec::new();
         let mut attempts: u32 = 1;
         let mut renewed = false;
+        self.await_leader(rpc, &target, deadline).await;
         let first = self.pick(rpc, &target, &tried)?;
         tried.push(first.url.clone());
+        waiting_on.push(first.clone());
         in_flight.push(launch(first));
         // Hedge early enough that the hedge itself has time to answer before the deadline.
         let hedge_after = match self.timeout(deadline_kind) {
@@ -326,6 +358,9 @@ impl Transport {
             tokio::select! {
                 // An attempt finished.
                 Some((ep, started, generation, sent_token, result)) = in_flight.next() => {
+                    if let Some(i) = waiting_on.iter().position(|w| Arc::ptr_eq(w, &ep)) {
+                        waiting_on.swap_remove(i);
+                    }
                     let status = match result {
                         Ok(response) => {
                             ep.on_success(started.elapsed());
@@ -339,6 +374,7 @@ impl Transport {
                     if wants_login(&err, sent_token) && !renewed && self.token.is_some() {
                         renewed = true;
                         self.renew_token(generation).await?;
+                        waiting_on.push(ep.clone());
                         in_flight.push(launch(ep));
                         continue;
                     }
@@ -364,10 +400,12 @@ impl Transport {
                         return Err(err);
                     }
                     tokio::time::sleep(wait).await;
+                    self.await_leader(rpc, &target, deadline).await;
                     let next = self.next_endpoint(rpc, &target, &mut tried, &ep)?;
                     tracing::debug!(rpc = rpc.name(), from = %ep.url, to = %next.url, error = %err, "retrying");
                     crate::metrics::retry(rpc.name());
                     attempts += 1;
+                    waiting_on.push(next.clone());
                     in_flight.push(launch(next));
                     hedge_at = Instant::now() + hedge_after;
                 }
@@ -383,12 +421,17 @@ impl Transport {
                     crate::metrics::retry(rpc.name());
                     tried.push(next.url.clone());
                     attempts += 1;
+                    waiting_on.push(next.clone());
                     in_flight.push(launch(next));
                     hedge_at = Instant::now() + hedge_after;
                 }
                 () = deadline_sleep => {
                     // Whatever is still in flight is abandoned: for a mutation the outcome is
-                    // unknown, which is what Timeout says.
+                    // unknown, which is what Timeout says. The members that did not answer in
+                    // the whole deadline are suspect until a probe says otherwise.
+                    for ep in &waiting_on {
+                        self.learn(ep, &Error::Timeout);
+                    }
                     return Err(Error::Timeout);
                 }
             }
@@ -441,6 +484,7 @@ impl Transport {
         let mut tried: Vec<Arc<str>> = Vec::new();
         let mut attempts: u32 = 1;
         let mut renewed = false;
+        self.await_leader(rpc, &target, deadline).await;
         let mut ep = self.pick(rpc, &target, &tried)?;
         tried.push(ep.url.clone());
         loop {
@@ -489,6 +533,7 @@ impl Transport {
                 return Err(err);
             }
             tokio::time::sleep(wait).await;
+            self.await_leader(rpc, &target, deadline).await;
             let next = self.next_endpoint(rpc, &target, &mut tried, &ep)?;
             tracing::debug!(rpc = rpc.name(), from = %ep.url, to = %next.url, error = %err, "retrying stream open");
             crate::metrics::retry(rpc.name());

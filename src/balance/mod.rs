@@ -27,6 +27,9 @@ pub(crate) struct Balancer {
     /// Replaced whole by member sync; readers clone the `Arc`.
     endpoints: RwLock<Arc<Vec<Arc<Endpoint>>>>,
     leader: Mutex<LeaderView>,
+    /// The leader we lost contact with, and when: until another leader shows up (or it comes
+    /// back), followers may still forward to it and hang, so leader-bound calls wait a little.
+    lost: Mutex<Option<(u64, tokio::time::Instant)>>,
     policy: Arc<dyn PickPolicy>,
 }
 
@@ -35,6 +38,7 @@ impl Balancer {
         Balancer {
             endpoints: RwLock::new(Arc::new(endpoints)),
             leader: Mutex::new(LeaderView::default()),
+            lost: Mutex::new(None),
             policy,
         }
     }
@@ -90,7 +94,32 @@ impl Balancer {
         let mut view = self.leader.lock().unwrap_or_else(|e| e.into_inner());
         if member_id != 0 && view.member_id == member_id {
             view.member_id = 0;
+            let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+            if lost.is_none_or(|(id, _)| id != member_id) {
+                *lost = Some((member_id, tokio::time::Instant::now()));
+            }
         }
+    }
+
+    /// When we lost the leader, if that outage is still on: no other leader has been seen since
+    /// and the lost one is not healthy again.
+    pub(crate) fn leader_outage(&self) -> Option<tokio::time::Instant> {
+        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        let (lost_id, since) = (*lost)?;
+        let leader = self.leader_id();
+        let over = if leader != 0 && leader != lost_id {
+            true
+        } else {
+            // The same member leads again and answers: the outage was short (a brief freeze).
+            self.endpoints().iter().any(|e| {
+                e.raft().member_id == lost_id && e.state() == crate::endpoint::HealthState::Healthy
+            })
+        };
+        if over {
+            *lost = None;
+            return None;
+        }
+        Some(since)
     }
 
     /// The endpoint for a request on `route` that already went to `tried` (by URL).

@@ -86,14 +86,15 @@ pub(crate) async fn probe(transport: &Transport, ep: &Endpoint) {
             let err = Error::from_status(s, &ep.url);
             // An answer of etcd's own (e.g. auth) still proves the member is there.
             if err.is_transport() || err.is_retryable() {
-                ep.on_failure(Failure::Unreachable, &err);
+                // Through the transport, so that losing the leader is noticed at once.
+                transport.learn(ep, &err);
             } else {
                 ep.on_probe_ok(true, started.elapsed());
             }
             return;
         }
         Err(_) => {
-            ep.on_failure(Failure::Unreachable, &"probe timed out (Status)");
+            transport.learn(ep, &Error::Timeout);
             return;
         }
     };
@@ -115,9 +116,10 @@ pub(crate) async fn probe(transport: &Transport, ep: &Endpoint) {
         key: b"health".to_vec(),
         ..Default::default()
     });
-    request
-        .metadata_mut()
-        .insert("hasleader", tonic::metadata::AsciiMetadataValue::from_static("true"));
+    request.metadata_mut().insert(
+        "hasleader",
+        tonic::metadata::AsciiMetadataValue::from_static("true"),
+    );
     let remaining = timeout.saturating_sub(started.elapsed());
     match tokio::time::timeout(remaining, conn.kv().range(request)).await {
         Ok(Ok(_)) => ep.on_probe_ok(true, started.elapsed()),

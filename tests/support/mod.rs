@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: clusters, clients, unique keys, logging.
 #![allow(dead_code)]
 
+pub mod workload;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 

@@ -1,0 +1,258 @@
+//! Failover under real faults: traffic keeps flowing when the member the client uses dies,
+//! freezes, or stays idle for a long time, within bounds set by the cluster's own election time.
+//!
+//! Each test runs a steady stream of puts (unique values), linearizable gets and serializable
+//! gets through one client with a 1 s deadline per request (as the issue's measurements do),
+//! injects the fault, measures the cluster's re-election time in the same run, and asserts:
+//! - serializable reads keep succeeding: no gap longer than [`SERIALIZABLE_GAP`];
+//! - writes and linearizable reads succeed again within re-election + [`RECOVERY_SLACK`];
+//! - no read error reaches the caller after the cluster has a leader again;
+//! - every acknowledged put is in the final state and none was applied twice.
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_ha::{Client, HealthState, Options};
+use support::workload::{Kind, Record, Workload};
+
+/// How long serializable reads may go without a success after a single-member fault. The issue
+/// asks for 1 s; the extra 500 ms absorbs scheduling noise on a loaded 2-core box.
+const SERIALIZABLE_GAP: Duration = Duration::from_millis(1500);
+
+/// Writes and linearizable reads must recover within the cluster's re-election time plus this.
+const RECOVERY_SLACK: Duration = Duration::from_secs(1);
+
+/// Traffic before the fault, for the throughput baseline.
+const WARMUP: Duration = Duration::from_secs(2);
+
+fn options() -> Options {
+    Options::new().with_request_timeout(Duration::from_secs(1))
+}
+
+/// Run the workload, inject `fault` (which returns once the cluster has a leader again, with the
+/// time that took from the fault), keep traffic running for `after`, then check and report.
+async fn run_scenario<F, Fut>(
+    name: &str,
+    client: &Client,
+    after: Duration,
+    fault: F,
+) -> (Record, Duration, Duration)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Duration>,
+{
+    let workload = Workload::start(client, &support::unique(name));
+    tokio::time::sleep(WARMUP).await;
+    let fault_at = workload.now();
+    let reelection = fault().await;
+    tokio::time::sleep(after).await;
+    let end = workload.now();
+    let record = workload.stop().await;
+    for kind in [Kind::Put, Kind::Get, Kind::SerializableGet] {
+        eprintln!(
+            "{name}: re-election {reelection:?}; {}",
+            record.summary(kind, (Duration::ZERO, fault_at), fault_at, end)
+        );
+    }
+    (record, fault_at, reelection)
+}
+
+/// The bounds every single-member fault must meet.
+fn assert_bounds(
+    name: &str,
+    record: &Record,
+    fault_at: Duration,
+    reelection: Duration,
+    end: Duration,
+) {
+    let gap = record.longest_gap(Kind::SerializableGet, fault_at, end);
+    assert!(
+        gap <= SERIALIZABLE_GAP,
+        "{name}: serializable reads stalled for {gap:?}"
+    );
+    assert!(
+        record.errors(Kind::SerializableGet).is_empty(),
+        "{name}: serializable read errors reached the caller: {:?}",
+        record.errors(Kind::SerializableGet)
+    );
+    let bound = reelection + RECOVERY_SLACK;
+    for kind in [Kind::Put, Kind::Get] {
+        let first = record
+            .first_success_after(kind, fault_at)
+            .unwrap_or_else(|| panic!("{name}: no {kind:?} succeeded after the fault"));
+        assert!(
+            first <= bound,
+            "{name}: first {kind:?} after {first:?}, bound {bound:?}"
+        );
+    }
+    // Once the cluster has a leader again (plus the slack for the client to find it), a read
+    // that failed could have been served elsewhere.
+    let settled = fault_at + bound;
+    let late: Vec<_> = record
+        .errors(Kind::Get)
+        .into_iter()
+        .filter(|o| o.start >= settled)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{name}: read errors after recovery: {late:?}"
+    );
+}
+
+/// Wait until the live members agree on a leader other than `old` (or any leader when `old`
+/// is None); returns the time since `since`.
+async fn reelected(
+    cluster: &etcd_ha::testkit::Cluster,
+    old: Option<usize>,
+    since: tokio::time::Instant,
+) -> Duration {
+    loop {
+        if let Ok(l) = cluster.leader(Duration::from_millis(500)).await
+            && Some(l) != old
+        {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "no new leader within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed() {
+    let mut cluster = support::cluster3().await;
+    let client = Client::connect(cluster.endpoints(), options())
+        .await
+        .unwrap();
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let after = Duration::from_secs(4);
+    let cluster_ref = &mut cluster;
+    let (record, fault_at, reelection) =
+        run_scenario("leader-kill", &client, after, || async move {
+            let t = tokio::time::Instant::now();
+            cluster_ref.kill(leader);
+            reelected(cluster_ref, Some(leader), t).await
+        })
+        .await;
+    let end = fault_at + reelection + after;
+    assert_bounds("leader-kill", &record, fault_at, reelection, end);
+    let applied_anyway = record.check_puts(&client).await;
+    eprintln!(
+        "leader-kill: {} put errors, {applied_anyway} of them applied",
+        record.errors(Kind::Put).len()
+    );
+    // The killed member is ejected, the new leader is known.
+    let infos = client.endpoints();
+    let dead = infos
+        .iter()
+        .find(|e| e.url == cluster.endpoint(leader))
+        .unwrap();
+    assert_ne!(dead.health, HealthState::Healthy, "{infos:?}");
+    assert!(
+        infos.iter().any(|e| e.is_leader && e.url != dead.url),
+        "{infos:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_frozen_then_thawed() {
+    let cluster = support::cluster3().await;
+    let client = Client::connect(cluster.endpoints(), options())
+        .await
+        .unwrap();
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let freeze = Duration::from_secs(10);
+    let cluster_ref = &cluster;
+    let (record, fault_at, reelection) =
+        run_scenario("leader-freeze", &client, Duration::ZERO, || async move {
+            let t = tokio::time::Instant::now();
+            cluster_ref.stop(leader);
+            let r = reelected(cluster_ref, Some(leader), t).await;
+            tokio::time::sleep(freeze.saturating_sub(t.elapsed())).await;
+            cluster_ref.cont(leader);
+            // Traffic for a while after the thaw: the old leader rejoins as a follower.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            r
+        })
+        .await;
+    let end = fault_at + freeze + Duration::from_secs(2);
+    assert_bounds("leader-freeze", &record, fault_at, reelection, end);
+    // Throughput during the freeze stays a large share of before (a naive client drops to ~0).
+    let before = record.rate(Kind::Put, Duration::ZERO, fault_at);
+    let during = record.rate(
+        Kind::Put,
+        fault_at + reelection + RECOVERY_SLACK,
+        fault_at + freeze,
+    );
+    assert!(
+        during >= before * 0.3,
+        "puts during the freeze {during:.0}/s vs {before:.0}/s before"
+    );
+    record.check_puts(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_killed() {
+    let mut cluster = support::cluster3().await;
+    let client = Client::connect(cluster.endpoints(), options())
+        .await
+        .unwrap();
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let follower = (leader + 1) % 3;
+    let after = Duration::from_secs(3);
+    let cluster_ref = &mut cluster;
+    let (record, fault_at, _) = run_scenario("follower-kill", &client, after, || async move {
+        cluster_ref.kill(follower);
+        Duration::ZERO
+    })
+    .await;
+    // The leader is untouched: no re-election, so writes must not stall at all beyond the slack.
+    assert_bounds(
+        "follower-kill",
+        &record,
+        fault_at,
+        Duration::ZERO,
+        fault_at + after,
+    );
+    assert!(
+        record.errors(Kind::Get).is_empty(),
+        "{:?}",
+        record.errors(Kind::Get)
+    );
+    record.check_puts(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_client_stays_connected_for_over_a_minute() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let key = support::unique("idle");
+    // A watch stream keeps HTTP/2 pings going on its connection (pings only while calls are open);
+    // etcd would answer pings closer than 5 s apart with GOAWAY too_many_pings.
+    let (_watcher, mut events) = client
+        .watch()
+        .watch(key.as_str(), etcd_ha::WatchOptions::new())
+        .await
+        .unwrap();
+    let created = events.message().await.unwrap().unwrap();
+    assert!(created.created);
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    // The stream is still the same, alive one: it delivers a new event.
+    client
+        .kv()
+        .put(key.as_str(), "after-idle", Default::default())
+        .await
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), events.message())
+        .await
+        .expect("the watch is still alive after 65 s")
+        .expect("no stream error (no GOAWAY)")
+        .expect("stream not closed");
+    assert_eq!(resp.events.len(), 1);
+    for e in client.endpoints() {
+        assert_eq!(e.health, HealthState::Healthy, "{e:?}");
+    }
+}
