@@ -5,57 +5,16 @@
 
 mod support;
 
-use std::future::Future;
-use std::net::{Ipv4Addr, TcpListener};
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use etcd_ha::proto::etcdserverpb::Member;
-use etcd_ha::testkit::{Cluster, etcd_binary};
+use etcd_ha::testkit::Cluster;
 use etcd_ha::{Client, Error, Options, PutOptions};
+use support::members::{ExtraMember, free_port, peer_url, settled};
 
 /// A learner that was just started needs a moment to catch up with the leader before etcd lets
 /// it be promoted; generous for a loaded 2-core box.
 const CATCH_UP: Duration = Duration::from_secs(30);
-
-/// etcd refuses membership changes ("etcdserver: unhealthy cluster") until the member has been
-/// connected to every voting peer for 5 s (its `HealthInterval`), so a fresh cluster needs a
-/// few seconds before its first change; generous for a loaded 2-core box.
-const PEERS_SETTLE: Duration = Duration::from_secs(30);
-
-/// Runs a membership change until etcd stops refusing it as "unhealthy cluster" (nothing was
-/// applied then, so sending it again is safe).
-async fn settled<T, F, Fut>(mut change: F) -> etcd_ha::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = etcd_ha::Result<T>>,
-{
-    let deadline = tokio::time::Instant::now() + PEERS_SETTLE;
-    loop {
-        match change().await {
-            Err(Error::Unavailable(status))
-                if status.message() == "etcdserver: unhealthy cluster"
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// A port on 127.0.0.1 that was free a moment ago, for a member that is added but (mostly)
-/// never started: nothing has to listen on it.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
-    listener.local_addr().unwrap().port()
-}
-
-fn peer_url() -> String {
-    format!("http://127.0.0.1:{}", free_port())
-}
 
 /// The testkit's member ids, in member order.
 async fn ids(cluster: &Cluster) -> Vec<u64> {
@@ -234,63 +193,6 @@ async fn voter_added_to_three_members_and_removed_keeps_quorum() {
     cluster.wait_ready(support::READY).await.unwrap();
 }
 
-/// An etcd process started by this test (the testkit cannot add members to its clusters); killed
-/// and reaped on drop, also when the test panics.
-struct ExtraMember(Child);
-
-impl ExtraMember {
-    /// Starts `name` joining the cluster whose members (with their names) are `existing`.
-    fn start(name: &str, dir: &Path, peer: &str, client: &str, existing: &[Member]) -> Self {
-        let mut initial: Vec<String> = existing
-            .iter()
-            .filter(|m| !m.name.is_empty())
-            .map(|m| format!("{}={}", m.name, m.peer_ur_ls[0]))
-            .collect();
-        initial.push(format!("{name}={peer}"));
-        std::fs::create_dir_all(dir).unwrap();
-        let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
-        let mut command = Command::new(etcd_binary().expect("etcd binary"));
-        command
-            .arg("--name")
-            .arg(name)
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", client])
-            .args(["--advertise-client-urls", client])
-            .args(["--listen-peer-urls", peer])
-            .args(["--initial-advertise-peer-urls", peer])
-            .args(["--initial-cluster", &initial.join(",")])
-            .args(["--initial-cluster-state", "existing"])
-            .args(["--logger", "zap", "--log-level", "error"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        // etcd reads ETCD_* variables as flags; ETCD_BIN (set for the 3.4 run) is not one.
-        for (key, _) in std::env::vars_os() {
-            if key.to_str().is_some_and(|k| k.starts_with("ETCD_")) {
-                command.env_remove(key);
-            }
-        }
-        // If the test process is killed outright (no Drop), the member dies with the thread
-        // that started it rather than lingering.
-        // SAFETY: prctl(2) is async-signal-safe and touches no memory of ours.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        ExtraMember(command.spawn().expect("start the extra etcd member"))
-    }
-}
-
-impl Drop for ExtraMember {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn started_learner_catches_up_and_is_promoted() {
     let cluster = support::cluster3().await;
@@ -314,7 +216,9 @@ async fn started_learner_catches_up_and_is_promoted() {
     // The learner serves Status, and says it is one, once it has joined.
     let deadline = tokio::time::Instant::now() + CATCH_UP;
     let direct = loop {
-        let connected = Client::connect([client_url.as_str()], Options::new()).await;
+        // Without member sync: the client must stay on the learner (sync keeps voters only).
+        let connected =
+            Client::connect([client_url.as_str()], Options::new().without_member_sync()).await;
         match connected {
             Ok(direct) => match direct.maintenance().status().await {
                 Ok(status) => {

@@ -256,3 +256,90 @@ async fn idle_client_stays_connected_for_over_a_minute() {
         assert_eq!(e.health, HealthState::Healthy, "{e:?}");
     }
 }
+
+/// Poll `check` every 100 ms for up to `limit`.
+async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_sync_follows_added_and_removed_members_under_traffic() {
+    use support::members::{ExtraMember, free_port, peer_url, settled};
+
+    let cluster = support::cluster3().await;
+    let client = Client::connect(
+        cluster.endpoints(),
+        options().with_member_sync(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let api = client.cluster();
+    let workload = Workload::start(&client, &support::unique("member-sync"));
+    tokio::time::sleep(WARMUP).await;
+
+    // A voter joins: the client starts using it without being told.
+    let peer = peer_url();
+    let new_url = format!("http://127.0.0.1:{}", free_port());
+    let added = settled(|| api.member_add([peer.clone()]))
+        .await
+        .unwrap();
+    let _extra = ExtraMember::start(
+        "m3",
+        &cluster.dir().join("m3"),
+        &peer,
+        &new_url,
+        &added.members,
+    );
+    eventually(
+        Duration::from_secs(20),
+        "the new member is a healthy endpoint",
+        || {
+            client
+                .endpoints()
+                .iter()
+                .any(|e| e.url == new_url && e.health == HealthState::Healthy)
+        },
+    )
+    .await;
+
+    // A follower is removed: the client stops using it (it shuts itself down once removed).
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let victim = (leader + 1) % 3;
+    let victim_id = cluster.member_id(victim).await.unwrap();
+    settled(|| api.member_remove(victim_id))
+        .await
+        .unwrap();
+    let victim_url = cluster.endpoint(victim);
+    eventually(
+        Duration::from_secs(20),
+        "the removed member's endpoint is dropped",
+        || !client.endpoint_urls().contains(&victim_url),
+    )
+    .await;
+    assert_eq!(
+        client.endpoint_urls().len(),
+        3,
+        "{:?}",
+        client.endpoint_urls()
+    );
+
+    let record = workload.stop().await;
+    assert!(
+        record.errors(Kind::SerializableGet).is_empty(),
+        "{:?}",
+        record.errors(Kind::SerializableGet)
+    );
+    assert!(
+        record.errors(Kind::Get).is_empty(),
+        "{:?}",
+        record.errors(Kind::Get)
+    );
+    record.check_puts(&client).await;
+}

@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: clusters, clients, unique keys, logging.
 #![allow(dead_code)]
 
+pub mod members;
 pub mod workload;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,107 @@
+//! Extra etcd members started by a test (the testkit cannot add members yet), and helpers for
+//! membership changes.
+
+use std::future::Future;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use etcd_ha::Error;
+use etcd_ha::proto::etcdserverpb::Member;
+use etcd_ha::testkit::etcd_binary;
+
+/// etcd refuses membership changes ("etcdserver: unhealthy cluster") until the member has been
+/// connected to every voting peer for 5 s (its `HealthInterval`), so a fresh cluster needs a
+/// few seconds before its first change; generous for a loaded 2-core box.
+pub const PEERS_SETTLE: Duration = Duration::from_secs(30);
+
+/// Runs a membership change until etcd stops refusing it as "unhealthy cluster" (nothing was
+/// applied then, so sending it again is safe).
+pub async fn settled<T, F, Fut>(mut change: F) -> etcd_ha::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = etcd_ha::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + PEERS_SETTLE;
+    loop {
+        match change().await {
+            Err(Error::Unavailable(status))
+                if status.message() == "etcdserver: unhealthy cluster"
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// A port on 127.0.0.1 that was free a moment ago, for a member that is added but (mostly)
+/// never started: nothing has to listen on it.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
+    listener.local_addr().unwrap().port()
+}
+
+pub fn peer_url() -> String {
+    format!("http://127.0.0.1:{}", free_port())
+}
+
+/// An etcd process started by this test (the testkit cannot add members to its clusters); killed
+/// and reaped on drop, also when the test panics.
+pub struct ExtraMember(Child);
+
+impl ExtraMember {
+    /// Starts `name` joining the cluster whose members (with their names) are `existing`.
+    pub fn start(name: &str, dir: &Path, peer: &str, client: &str, existing: &[Member]) -> Self {
+        let mut initial: Vec<String> = existing
+            .iter()
+            .filter(|m| !m.name.is_empty())
+            .map(|m| format!("{}={}", m.name, m.peer_ur_ls[0]))
+            .collect();
+        initial.push(format!("{name}={peer}"));
+        std::fs::create_dir_all(dir).unwrap();
+        let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
+        let mut command = Command::new(etcd_binary().expect("etcd binary"));
+        command
+            .arg("--name")
+            .arg(name)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", client])
+            .args(["--advertise-client-urls", client])
+            .args(["--listen-peer-urls", peer])
+            .args(["--initial-advertise-peer-urls", peer])
+            .args(["--initial-cluster", &initial.join(",")])
+            .args(["--initial-cluster-state", "existing"])
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        // etcd reads ETCD_* variables as flags; ETCD_BIN (set for the 3.4 run) is not one.
+        for (key, _) in std::env::vars_os() {
+            if key.to_str().is_some_and(|k| k.starts_with("ETCD_")) {
+                command.env_remove(key);
+            }
+        }
+        // If the test process is killed outright (no Drop), the member dies with the thread
+        // that started it rather than lingering.
+        // SAFETY: prctl(2) is async-signal-safe and touches no memory of ours.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        ExtraMember(command.spawn().expect("start the extra etcd member"))
+    }
+}
+
+impl Drop for ExtraMember {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
