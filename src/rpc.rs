@@ -106,6 +106,8 @@ impl Rpc {
             MemberList | Status | Hash | HashKv | Snapshot | Defragment | Alarm { .. } => {
                 Route::Any
             }
+            // Any member serves watches from its own store; spreading them spares the leader.
+            Watch => Route::Any,
             Downgrade | MoveLeader => Route::Leader,
             _ => Route::Leader,
         }
@@ -195,6 +197,9 @@ impl Rpc {
             | Defragment
             | Alarm { .. }
             | Authenticate => false,
+            // A watch on a member cut off from the leader would silently stop: with
+            // require-leader etcd cancels it after three election timeouts instead.
+            Watch => true,
             _ => self.route() == Route::Leader,
         }
     }
@@ -276,6 +281,13 @@ mod tests {
             assert_eq!(rpc.idempotency(), Idempotency::AtMostOnce, "{rpc:?}");
             assert!(rpc.requires_leader(), "{rpc:?}");
         }
+    }
+
+    #[test]
+    fn watches_spread_but_require_a_leader() {
+        assert_eq!(Rpc::Watch.route(), Route::Any);
+        assert!(Rpc::Watch.requires_leader());
+        assert_eq!(Rpc::Watch.idempotency(), Idempotency::Repeatable);
     }
 
     #[test]

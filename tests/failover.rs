@@ -26,8 +26,11 @@ const RECOVERY_SLACK: Duration = Duration::from_secs(1);
 /// Traffic before the fault, for the throughput baseline.
 const WARMUP: Duration = Duration::from_secs(2);
 
+/// The per-request deadline of the workload, as in the measurements.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
+
 fn options() -> Options {
-    Options::new().with_request_timeout(Duration::from_secs(1))
+    Options::new().with_request_timeout(REQUEST_DEADLINE)
 }
 
 /// Run the workload, inject `fault` (which returns once the cluster has a leader again, with the
@@ -287,9 +290,7 @@ async fn member_sync_follows_added_and_removed_members_under_traffic() {
     // A voter joins: the client starts using it without being told.
     let peer = peer_url();
     let new_url = format!("http://127.0.0.1:{}", free_port());
-    let added = settled(|| api.member_add([peer.clone()]))
-        .await
-        .unwrap();
+    let added = settled(|| api.member_add([peer.clone()])).await.unwrap();
     let _extra = ExtraMember::start(
         "m3",
         &cluster.dir().join("m3"),
@@ -313,9 +314,7 @@ async fn member_sync_follows_added_and_removed_members_under_traffic() {
     let leader = cluster.leader(support::READY).await.unwrap();
     let victim = (leader + 1) % 3;
     let victim_id = cluster.member_id(victim).await.unwrap();
-    settled(|| api.member_remove(victim_id))
-        .await
-        .unwrap();
+    settled(|| api.member_remove(victim_id)).await.unwrap();
     let victim_url = cluster.endpoint(victim);
     eventually(
         Duration::from_secs(20),
@@ -340,6 +339,109 @@ async fn member_sync_follows_added_and_removed_members_under_traffic() {
         record.errors(Kind::Get).is_empty(),
         "{:?}",
         record.errors(Kind::Get)
+    );
+    record.check_puts(&client).await;
+}
+
+/// The client's link to the leader goes silent (a TCP proxy keeps the connections open and
+/// drops every byte both ways: the half-open case). There is no election, so the bound is the
+/// time any client needs to notice a silent link, one request deadline, plus the usual slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackholed_link_to_the_leader() {
+    use etcd_ha::testkit::{FaultProxy, Mode};
+
+    let cluster = support::cluster3().await;
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
+    let endpoints: Vec<String> = (0..3)
+        .map(|i| {
+            if i == leader {
+                proxy.url("http")
+            } else {
+                cluster.endpoint(i)
+            }
+        })
+        .collect();
+    // Member sync would swap the proxy for the leader's advertised URL: keep the list as given.
+    let client = Client::connect(&endpoints, options().without_member_sync())
+        .await
+        .unwrap();
+    // Let the probes learn who leads, so traffic really goes through the proxy.
+    eventually(
+        Duration::from_secs(10),
+        "the proxied leader is known",
+        || {
+            client
+                .endpoints()
+                .iter()
+                .any(|e| e.is_leader && e.url == proxy.url("http"))
+        },
+    )
+    .await;
+    let blackhole = Duration::from_secs(8);
+    let (record, fault_at, _) = run_scenario("blackhole", &client, Duration::ZERO, || async {
+        proxy.set_mode(Mode::Blackhole);
+        tokio::time::sleep(blackhole).await;
+        proxy.set_mode(Mode::Pass);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Duration::ZERO
+    })
+    .await;
+    let deadline = REQUEST_DEADLINE;
+    assert_bounds(
+        "blackhole",
+        &record,
+        fault_at,
+        deadline,
+        fault_at + blackhole,
+    );
+    let before = record.rate(Kind::Put, Duration::ZERO, fault_at);
+    let during = record.rate(
+        Kind::Put,
+        fault_at + deadline + RECOVERY_SLACK,
+        fault_at + blackhole,
+    );
+    assert!(
+        during >= before * 0.3,
+        "puts during the blackhole {during:.0}/s vs {before:.0}/s before"
+    );
+    record.check_puts(&client).await;
+}
+
+/// The leader is cut off from its peers but not from the client (network namespaces): it
+/// answers slowly or with "no leader", the others elect a new leader, the client follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_partitioned_from_its_peers() {
+    support::init_tracing();
+    let cluster = etcd_ha::testkit::Cluster::builder()
+        .members(3)
+        .isolated_network(true)
+        .start()
+        .await
+        .expect("start a 3-member cluster in network namespaces");
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let client = Client::connect(cluster.endpoints(), options())
+        .await
+        .unwrap();
+    let partition = Duration::from_secs(8);
+    let cluster_ref = &cluster;
+    let (record, fault_at, reelection) =
+        run_scenario("partition", &client, Duration::ZERO, || async move {
+            let t = tokio::time::Instant::now();
+            cluster_ref.partition(leader).unwrap();
+            let r = reelected(cluster_ref, Some(leader), t).await;
+            tokio::time::sleep(partition.saturating_sub(t.elapsed())).await;
+            cluster_ref.heal(leader).unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            r
+        })
+        .await;
+    assert_bounds(
+        "partition",
+        &record,
+        fault_at,
+        reelection,
+        fault_at + partition,
     );
     record.check_puts(&client).await;
 }

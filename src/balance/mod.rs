@@ -107,7 +107,14 @@ impl Balancer {
         let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
         let (lost_id, since) = (*lost)?;
         let leader = self.leader_id();
-        let over = if leader != 0 && leader != lost_id {
+        let endpoints = self.endpoints();
+        // A member served a linearizable read that started after we lost the leader: the
+        // cluster's leader is alive and reachable through it (only our link to the leader
+        // broke), so calls can go through followers now.
+        let leader_alive = endpoints.iter().any(|e| {
+            e.raft().member_id != lost_id && e.linearizable_ok().is_some_and(|t| t > since)
+        });
+        let over = if leader_alive || (leader != 0 && leader != lost_id) {
             true
         } else {
             // The same member leads again and answers: the outage was short (a brief freeze).

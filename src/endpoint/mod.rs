@@ -42,6 +42,9 @@ pub(crate) struct Endpoint {
     health: Mutex<Health>,
     /// Raft view from the last Status.
     raft: Mutex<RaftView>,
+    /// Start time of the last probe whose linearizable read succeeded: proof that the leader
+    /// this member follows was alive and reachable from it at that time.
+    linearizable_ok: Mutex<Option<Instant>>,
     /// Cancelled when the endpoint leaves the set (member removed) or the client goes away;
     /// stops its prober.
     pub(crate) cancel: CancellationToken,
@@ -65,6 +68,7 @@ impl Endpoint {
             channel,
             health: Mutex::new(Health::new(config, Instant::now())),
             raft: Mutex::new(RaftView::default()),
+            linearizable_ok: Mutex::new(None),
             cancel,
         })
     }
@@ -112,6 +116,22 @@ impl Endpoint {
     /// A probe answered.
     pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
         self.with_health(|h| h.on_probe_ok(has_leader, latency, Instant::now()));
+    }
+
+    /// A probe that started at `started` served a linearizable read.
+    pub(crate) fn set_linearizable_ok(&self, started: Instant) {
+        *self
+            .linearizable_ok
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(started);
+    }
+
+    /// Start of the last probe that served a linearizable read here.
+    pub(crate) fn linearizable_ok(&self) -> Option<Instant> {
+        *self
+            .linearizable_ok
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn raft(&self) -> RaftView {

@@ -122,10 +122,14 @@ pub(crate) async fn probe(transport: &Transport, ep: &Endpoint) {
     );
     let remaining = timeout.saturating_sub(started.elapsed());
     match tokio::time::timeout(remaining, conn.kv().range(request)).await {
-        Ok(Ok(_)) => ep.on_probe_ok(true, started.elapsed()),
+        Ok(Ok(_)) => {
+            ep.set_linearizable_ok(started);
+            ep.on_probe_ok(true, started.elapsed())
+        }
         Ok(Err(s)) => match Error::from_status(s, &ep.url) {
             // Permission denied went through consensus: healthy (etcdctl endpoint health).
             Error::PermissionDenied | Error::AuthRequired | Error::InvalidAuthToken => {
+                ep.set_linearizable_ok(started);
                 ep.on_probe_ok(true, started.elapsed())
             }
             e if e.is_transport() => ep.on_failure(Failure::Unreachable, &e),

@@ -1,6 +1,7 @@
 //! Options for a test cluster, and the start sequence: binary, directories, ports, flags, boot, auth.
 
 use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -9,6 +10,7 @@ use tonic::transport::ClientTlsConfig;
 
 use super::cluster::{is_port_taken, member_dir};
 use super::member::Member;
+use super::netns::{self, Network};
 use super::tls::DEFAULT_CLIENT_CN;
 use super::{Cluster, TestkitError, TlsFiles, auth, binary, ports, wait};
 
@@ -59,6 +61,8 @@ pub struct ClusterBuilder {
     extra_args: Vec<OsString>,
     /// How long the start (and later restarts) may take.
     ready_timeout: Duration,
+    /// Run each member in its own network namespace, so it can be partitioned.
+    isolated_network: bool,
 }
 
 impl Default for ClusterBuilder {
@@ -73,6 +77,7 @@ impl Default for ClusterBuilder {
             election_ms: None,
             extra_args: Vec::new(),
             ready_timeout: DEFAULT_READY_TIMEOUT,
+            isolated_network: false,
         }
     }
 }
@@ -227,6 +232,40 @@ impl ClusterBuilder {
         self
     }
 
+    /// Runs each member in its own Linux network namespace, so that
+    /// [`Cluster::partition`] can cut it off from its peers while clients still reach it.
+    /// Default false.
+    ///
+    /// Member `i` then serves clients on `http(s)://10.X.Y.(4i+2):2379` (X, Y chosen per
+    /// cluster, see [`Cluster::endpoints`]) and its peers on port 2380 of its own address.
+    /// Needs root and `ip` (iproute2); the start fails with
+    /// [`TestkitError::NetnsNeedsRoot`] or [`TestkitError::IpMissing`] otherwise, never skips.
+    /// At most 32 members. Dropping the cluster deletes the namespaces and links; the start
+    /// first deletes those left behind by test processes that were killed outright.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// use std::time::Duration;
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .members(3)
+    ///     .isolated_network(true)
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// let leader = cluster.leader(Duration::from_secs(10)).await.unwrap();
+    /// cluster.partition(leader).unwrap();
+    /// let next = cluster.leader(Duration::from_secs(10)).await.unwrap();
+    /// assert_ne!(leader, next);
+    /// cluster.heal(leader).unwrap();
+    /// # }
+    /// ```
+    pub fn isolated_network(mut self, on: bool) -> Self {
+        self.isolated_network = on;
+        self
+    }
+
     /// Finds (or provisions) etcd, starts the members and waits until they agree on a leader,
     /// then enables auth if asked.
     ///
@@ -251,12 +290,32 @@ impl ClusterBuilder {
         .await
         .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?;
 
+        // Declared before the members so that it is dropped after them on every early return:
+        // a namespace only goes away once its processes are dead.
+        let network = if self.isolated_network {
+            let members = self.members;
+            let network = tokio::task::spawn_blocking(move || Network::create(members))
+                .await
+                .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?;
+            Some(network)
+        } else {
+            None
+        };
+        let member_ips: Vec<IpAddr> = network
+            .iter()
+            .flat_map(|n| (0..self.members).map(|i| IpAddr::V4(n.client_ip(i))))
+            .collect();
+
         let dir = tempfile::Builder::new()
             .prefix("etcd-ha-testkit-")
             .tempdir()
             .map_err(|e| TestkitError::io("create temp dir in", std::env::temp_dir(), e))?;
         let tls = if self.tls || self.client_cert_auth {
-            Some(TlsFiles::generate(dir.path(), &self.client_cert_cn)?)
+            Some(TlsFiles::generate(
+                dir.path(),
+                &self.client_cert_cn,
+                &member_ips,
+            )?)
         } else {
             None
         };
@@ -264,7 +323,7 @@ impl ClusterBuilder {
 
         let mut attempt = 1;
         let members = loop {
-            let members = self.layout(dir.path(), &binary, tls.as_ref())?;
+            let members = self.layout(dir.path(), &binary, tls.as_ref(), network.as_ref())?;
             match boot(&members, client_tls.as_ref(), self.ready_timeout).await {
                 Ok(()) => break members,
                 Err(e) if is_port_taken(&e) && attempt < START_ATTEMPTS => attempt += 1,
@@ -277,6 +336,7 @@ impl ClusterBuilder {
         }
         Ok(Cluster {
             members,
+            network,
             version,
             tls,
             client_tls,
@@ -292,14 +352,27 @@ impl ClusterBuilder {
         dir: &Path,
         binary: &Path,
         tls: Option<&TlsFiles>,
+        network: Option<&Network>,
     ) -> Result<Vec<Member>, TestkitError> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let names: Vec<String> = (0..self.members).map(|i| format!("m{i}")).collect();
-        let mut client_ports = Vec::new();
+        let mut client_addrs = Vec::new();
         let mut peer_urls = Vec::new();
-        for _ in &names {
-            client_ports.push(ports::free_port()?);
-            peer_urls.push(format!("http://127.0.0.1:{}", ports::free_port()?));
+        for i in 0..names.len() {
+            match network {
+                // Every member has addresses of its own: fixed ports cannot collide.
+                Some(network) => {
+                    let client_ip = network.client_ip(i);
+                    client_addrs.push(SocketAddr::from((client_ip, netns::CLIENT_PORT)));
+                    let peer_ip = network.peer_ip(i);
+                    peer_urls.push(format!("http://{peer_ip}:{}", netns::PEER_PORT));
+                }
+                None => {
+                    let port = ports::free_port()?;
+                    client_addrs.push(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+                    peer_urls.push(format!("http://127.0.0.1:{}", ports::free_port()?));
+                }
+            }
         }
         let initial_cluster = names
             .iter()
@@ -319,7 +392,7 @@ impl ClusterBuilder {
             }
             std::fs::create_dir_all(&member_dir)
                 .map_err(|e| TestkitError::io("create member dir", &member_dir, e))?;
-            let client_url = format!("{scheme}://127.0.0.1:{}", client_ports[i]);
+            let client_url = format!("{scheme}://{}", client_addrs[i]);
             let data_dir = member_dir.join("data");
             let mut args: Vec<OsString> = Vec::new();
             let mut flag = |name: &str, value: OsString| {
@@ -359,7 +432,8 @@ impl ClusterBuilder {
                 &member_dir,
                 PathBuf::from(binary),
                 client_url,
-                client_ports[i],
+                client_addrs[i],
+                network.map(|n| n.member_ns_path(i)),
                 args,
             ));
         }

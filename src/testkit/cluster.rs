@@ -1,12 +1,15 @@
 //! A running etcd cluster of real processes: where its members are, who leads, and the faults to inject.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tempfile::TempDir;
 use tonic::transport::ClientTlsConfig;
 
 use super::member::Member;
+use super::netns::Network;
 use super::{ClusterBuilder, TestkitError, TlsFiles, probe, wait};
 
 /// How many times a member is started again when its port turned out to be taken (by a
@@ -41,6 +44,9 @@ pub struct Cluster {
     /// The members, running or not. Declared before `dir` so that, even without our `Drop`,
     /// the processes die before their directories are removed.
     pub(crate) members: Vec<Member>,
+    /// The members' network namespaces, for clusters built with `isolated_network(true)`.
+    /// Declared after `members`: a namespace goes away only once its processes are dead.
+    pub(crate) network: Option<Network>,
     /// What `etcd --version` reported, so tests can adapt to 3.4 vs 3.5.
     pub(crate) version: String,
     /// The certificate files, for TLS clusters.
@@ -117,6 +123,25 @@ impl Cluster {
     /// ```
     pub fn endpoint(&self, i: usize) -> String {
         self.members[i].client_url.clone()
+    }
+
+    /// The client address of member `i`, e.g. 127.0.0.1:40123, for a [`FaultProxy`] in
+    /// front of it. Panics if `i >= len()`.
+    ///
+    /// [`FaultProxy`]: super::FaultProxy
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// use etcd_ha::testkit::{Cluster, FaultProxy};
+    /// let cluster = Cluster::start(1).await.unwrap();
+    /// let proxy = FaultProxy::start(cluster.client_addr(0)).unwrap();
+    /// # drop(proxy);
+    /// # }
+    /// ```
+    pub fn client_addr(&self, i: usize) -> SocketAddr {
+        self.members[i].client_addr
     }
 
     /// The number of members, running or not.
@@ -204,6 +229,10 @@ impl Cluster {
     /// The index of the leader, once every live (not killed, not frozen) member reports the same
     /// live leader; polls until then or until `timeout`.
     ///
+    /// Partitioned members (see [`partition`](Self::partition)) are not asked: cut off from
+    /// their peers, they report no leader, or for a while still themselves. During a partition
+    /// this is therefore the leader the majority agrees on.
+    ///
     /// # Example
     ///
     /// ```no_run
@@ -223,7 +252,8 @@ impl Cluster {
         .await
     }
 
-    /// Waits until every live member answers Status and all agree on a leader.
+    /// Waits until every live member answers Status and all agree on a leader (partitioned
+    /// members excepted, as for [`leader`](Self::leader)).
     ///
     /// # Example
     ///
@@ -310,8 +340,10 @@ impl Cluster {
     pub async fn restart(&mut self, i: usize) -> Result<(), TestkitError> {
         self.members[i].kill();
         self.launch(i).await?;
-        let live = self.members.iter().filter(|m| m.is_live()).count();
-        if live > self.members.len() / 2 {
+        // A partitioned member cannot join its cluster, so it cannot serve either.
+        let reachable = |m: &Member| m.is_live() && !m.is_partitioned();
+        let live = self.members.iter().filter(|m| reachable(m)).count();
+        if !self.members[i].is_partitioned() && live > self.members.len() / 2 {
             let tls = self.client_tls.as_ref();
             wait::serving(&self.members[i], tls, self.ready_timeout).await?;
         }
@@ -363,6 +395,103 @@ impl Cluster {
             }
         }
         self.wait_ready(self.ready_timeout).await
+    }
+
+    /// Cuts member `i` off from its peers, in a cluster built with
+    /// [`isolated_network(true)`](ClusterBuilder::isolated_network): its raft traffic silently
+    /// vanishes, while clients still reach it at [`endpoint(i)`](Self::endpoint). Errors with
+    /// [`TestkitError::NotIsolated`] on other clusters. Panics if `i >= len()`.
+    ///
+    /// What follows is etcd's: a partitioned leader steps down after an election timeout
+    /// (check-quorum), the majority elects a new leader, and the cut-off member still answers
+    /// serializable reads but reports "no leader" to requests that require one.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// use std::time::Duration;
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .members(3)
+    ///     .isolated_network(true)
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// let old = cluster.leader(Duration::from_secs(10)).await.unwrap();
+    /// cluster.partition(old).unwrap();
+    /// let new = cluster.leader(Duration::from_secs(10)).await.unwrap();
+    /// assert_ne!(old, new);
+    /// cluster.heal(old).unwrap();
+    /// cluster.wait_ready(Duration::from_secs(10)).await.unwrap();
+    /// # }
+    /// ```
+    pub fn partition(&self, i: usize) -> Result<(), TestkitError> {
+        let member = &self.members[i];
+        let network = self.network.as_ref().ok_or(TestkitError::NotIsolated)?;
+        if !member.is_partitioned() {
+            network.partition(i)?;
+            member.partitioned.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Connects member `i` to its peers again after [`partition`](Self::partition); it then
+    /// catches up and rejoins (wait with [`wait_ready`](Self::wait_ready)). A no-op if it is
+    /// not partitioned. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().members(3).isolated_network(true).start().await.unwrap();
+    /// cluster.partition(2).unwrap();
+    /// cluster.heal(2).unwrap();
+    /// # }
+    /// ```
+    pub fn heal(&self, i: usize) -> Result<(), TestkitError> {
+        let member = &self.members[i];
+        let network = self.network.as_ref().ok_or(TestkitError::NotIsolated)?;
+        if member.is_partitioned() {
+            network.heal(i)?;
+            member.partitioned.store(false, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// True while member `i` is partitioned. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().members(3).isolated_network(true).start().await.unwrap();
+    /// cluster.partition(1).unwrap();
+    /// assert!(cluster.is_partitioned(1));
+    /// # }
+    /// ```
+    pub fn is_partitioned(&self, i: usize) -> bool {
+        self.members[i].is_partitioned()
+    }
+
+    /// The network namespace member `i` runs in, e.g. "eha-01a2-4711-m0", for a cluster built
+    /// with `isolated_network(true)`; `None` otherwise. Handy with `ip netns exec`.
+    /// Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().isolated_network(true).start().await.unwrap();
+    /// println!("ip netns exec {} ss -tn", cluster.netns(0).unwrap());
+    /// # }
+    /// ```
+    pub fn netns(&self, i: usize) -> Option<String> {
+        assert!(
+            i < self.members.len(),
+            "member {i} of {}",
+            self.members.len()
+        );
+        self.network.as_ref().map(|n| n.member_ns(i))
     }
 
     /// The certificate files, for a cluster built with `tls(true)`.
@@ -474,7 +603,8 @@ pub(crate) fn is_port_taken(error: &TestkitError) -> bool {
 }
 
 impl Drop for Cluster {
-    /// SIGKILL and reap every member before `dir` is removed; never panics.
+    /// SIGKILL and reap every member before `dir` is removed and before the network (if any)
+    /// is deleted; never panics.
     fn drop(&mut self) {
         self.kill_all();
     }

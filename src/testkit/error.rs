@@ -152,6 +152,51 @@ pub enum TestkitError {
         last: Option<Box<TestkitError>>,
     },
 
+    /// An isolated network (`ClusterBuilder::isolated_network`) needs root: it creates network
+    /// namespaces, veth pairs and a bridge. Never skipped: a fault test that silently does not
+    /// run proves nothing.
+    #[error("isolated_network needs root (euid 0) to create network namespaces; euid is {euid}")]
+    NetnsNeedsRoot {
+        /// The effective uid of the test process.
+        euid: u32,
+    },
+
+    /// An isolated network needs `ip` from iproute2, and it could not be run.
+    #[error("isolated_network needs `ip` (iproute2) on PATH: {0}")]
+    IpMissing(#[source] io::Error),
+
+    /// An `ip` command failed while building, partitioning or healing an isolated network.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    IpCommand {
+        /// The command line, for copy-pasting.
+        command: String,
+        /// Its exit status.
+        status: ExitStatus,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+
+    /// Every candidate address block for an isolated network was taken or overlapped a route.
+    #[error("no free 10.x.y.0/24 block for an isolated network after {tried} candidates")]
+    NoFreeSubnet {
+        /// How many blocks were tried.
+        tried: usize,
+    },
+
+    /// An isolated network gives each member a /30 and a peer address in one /24, which
+    /// limits its size.
+    #[error("an isolated network holds at most {max} members; asked for {members}")]
+    TooManyMembers {
+        /// The number asked for.
+        members: usize,
+        /// The limit.
+        max: usize,
+    },
+
+    /// Partitions need a cluster built with `isolated_network(true)`.
+    #[error("partition and heal need a cluster built with isolated_network(true)")]
+    NotIsolated,
+
     /// Generating test certificates failed.
     #[error("generate test certificates: {0}")]
     Certificate(#[from] rcgen::Error),

@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,8 +25,13 @@ pub(crate) struct Member {
     pub(crate) log: PathBuf,
     /// The client URL etcd listens on and advertises, e.g. "https://127.0.0.1:41234".
     pub(crate) client_url: String,
-    /// The client port, to tell when the process has bound its sockets.
-    pub(crate) client_port: u16,
+    /// The client address (from `client_url`), to tell when the process has bound its sockets.
+    pub(crate) client_addr: SocketAddr,
+    /// The network namespace to run in (`/var/run/netns/<name>`), for isolated clusters.
+    netns: Option<PathBuf>,
+    /// Set between `Cluster::partition` and `Cluster::heal`: the member is cut off from its
+    /// peers, so its view of the leader is its own and not the cluster's.
+    pub(crate) partitioned: AtomicBool,
     /// The binary to run.
     binary: PathBuf,
     /// Every flag of the command line; identical for the first start and restarts (etcd ignores
@@ -47,7 +53,8 @@ impl Member {
         dir: &Path,
         binary: PathBuf,
         client_url: String,
-        client_port: u16,
+        client_addr: SocketAddr,
+        netns: Option<PathBuf>,
         args: Vec<OsString>,
     ) -> Member {
         Member {
@@ -55,7 +62,9 @@ impl Member {
             data_dir: dir.join("data"),
             log: dir.join("etcd.log"),
             client_url,
-            client_port,
+            client_addr,
+            netns,
+            partitioned: AtomicBool::new(false),
             binary,
             args,
             child: Mutex::new(None),
@@ -92,6 +101,10 @@ impl Member {
             if is_etcd && key != "ETCD_UNSUPPORTED_ARCH" {
                 command.env_remove(key);
             }
+        }
+        if let Some(netns) = &self.netns {
+            super::netns::enter_in_child(&mut command, netns)
+                .map_err(|e| TestkitError::io("open network namespace", netns, e))?;
         }
         let started =
             spawner::spawn(command).map_err(|e| TestkitError::io("start", &self.binary, e))?;
@@ -132,6 +145,11 @@ impl Member {
     /// True if the process runs and is not frozen: the members worth asking.
     pub(crate) fn is_live(&self) -> bool {
         self.pid().is_some() && !self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// True between `Cluster::partition` and `Cluster::heal`.
+    pub(crate) fn is_partitioned(&self) -> bool {
+        self.partitioned.load(Ordering::SeqCst)
     }
 
     /// If the process ended on its own, reaps it and returns how it ended.

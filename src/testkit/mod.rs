@@ -11,6 +11,10 @@
 //!   optional TLS, client-certificate auth and etcd user auth ([`ClusterBuilder`]).
 //! - Reports the leader, as agreed by all live members ([`Cluster::leader`]).
 //! - SIGKILLs, SIGSTOPs, SIGCONTs and restarts any member, or all of them.
+//! - Puts a [`FaultProxy`] in front of a member, to blackhole, reset or delay one client's
+//!   traffic without touching the member.
+//! - Runs each member in its own network namespace ([`ClusterBuilder::isolated_network`]), to
+//!   partition a member from its peers while clients still reach it ([`Cluster::partition`]).
 //! - Tears everything down on drop, also when a test panics; on Linux the members also die
 //!   with the test process if it is killed outright.
 //!
@@ -28,6 +32,8 @@
 //! - `member.rs`: one member process: flags, spawn, signals, kill, log tail.
 //! - `spawner.rs`: forks members from one long-lived thread so they die with the process.
 //! - `wait.rs`: polling until ports are bound, a member serves, or a leader is agreed.
+//! - `proxy.rs`: [`FaultProxy`], a TCP proxy that passes, blackholes, resets or delays.
+//! - `netns.rs`: network namespaces, veth pairs and a bridge per cluster, for partitions.
 //! - `probe.rs`: the Status RPC and the pure "who is leader" decision.
 //! - `auth.rs`: creating the root user and enabling auth.
 //! - `tls.rs`: [`TlsFiles`], certificate generation.
@@ -58,9 +64,11 @@ mod builder;
 mod cluster;
 mod error;
 mod member;
+mod netns;
 mod ports;
 mod probe;
 mod provision;
+mod proxy;
 mod spawner;
 mod tls;
 mod wait;
@@ -69,4 +77,5 @@ pub use binary::{CACHE_ENV, ETCD_BIN_ENV, etcd_binary};
 pub use builder::ClusterBuilder;
 pub use cluster::Cluster;
 pub use error::TestkitError;
+pub use proxy::{FaultProxy, Mode};
 pub use tls::{TlsFiles, generate_unrelated_ca};

@@ -1,5 +1,6 @@
 //! Test certificates: a throw-away CA, a server certificate for 127.0.0.1, and a client certificate.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
@@ -41,7 +42,8 @@ pub struct TlsFiles {
     pub client_cert: PathBuf,
     /// The client certificate's private key (PKCS#8 PEM).
     pub client_key: PathBuf,
-    /// Server certificate (PEM) for SAN IP 127.0.0.1 and DNS localhost, signed by the CA.
+    /// Server certificate (PEM) for SAN IP 127.0.0.1 and DNS localhost (and, in an isolated
+    /// network, every member's client address), signed by the CA.
     pub server_cert: PathBuf,
     /// The server certificate's private key (PKCS#8 PEM).
     pub server_key: PathBuf,
@@ -77,11 +79,18 @@ impl TlsFiles {
             )))
     }
 
-    /// Writes a fresh CA, server and client certificate into `dir`.
-    pub(crate) fn generate(dir: &Path, client_cn: &str) -> Result<TlsFiles, TestkitError> {
+    /// Writes a fresh CA, server and client certificate into `dir`; the server certificate is
+    /// also valid for `extra_ips` (the members' addresses in an isolated network).
+    pub(crate) fn generate(
+        dir: &Path,
+        client_cn: &str,
+        extra_ips: &[IpAddr],
+    ) -> Result<TlsFiles, TestkitError> {
         let (ca_pem, ca) = new_ca("etcd-ha testkit CA")?;
 
-        let mut server = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])?;
+        let mut names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        names.extend(extra_ips.iter().map(IpAddr::to_string));
+        let mut server = CertificateParams::new(names)?;
         server
             .distinguished_name
             .push(DnType::CommonName, "etcd-ha testkit server");

@@ -1,6 +1,5 @@
 //! Waits on members: until their ports are bound, until one answers, until the live ones agree on a leader.
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
@@ -74,8 +73,7 @@ pub(crate) async fn bound(member: &Member, limit: Duration) -> Result<(), Testki
         if let Some(status) = member.exited() {
             return Err(member.exited_error(status));
         }
-        let addr = (Ipv4Addr::LOCALHOST, member.client_port);
-        match tokio::net::TcpStream::connect(addr).await {
+        match tokio::net::TcpStream::connect(member.client_addr).await {
             Ok(_) => match member.exited() {
                 Some(status) => Err(member.exited_error(status)),
                 None => Ok(()),
@@ -91,6 +89,9 @@ pub(crate) async fn bound(member: &Member, limit: Duration) -> Result<(), Testki
 }
 
 /// One round: who is live, what does each say, do they agree.
+///
+/// A partitioned member is left out: cut off from its peers, it reports no leader (or, for a
+/// while, itself), which says nothing about the leader of the majority.
 async fn observe(members: &[Member], tls: Option<&ClientTlsConfig>) -> Result<usize, TestkitError> {
     for member in members {
         if let Some(status) = member.exited() {
@@ -100,7 +101,7 @@ async fn observe(members: &[Member], tls: Option<&ClientTlsConfig>) -> Result<us
     let asks = members
         .iter()
         .enumerate()
-        .filter(|(_, member)| member.is_live())
+        .filter(|(_, member)| member.is_live() && !member.is_partitioned())
         .map(|(index, member)| async move {
             let response = probe::status(member, tls).await?;
             Ok::<_, TestkitError>(View {
