@@ -323,6 +323,26 @@ async fn an_isolated_start_sweeps_namespaces_of_dead_processes_and_members_resta
         .status()
         .unwrap();
     assert!(added.success());
+    // And the root end of a client link whose namespace is gone (a namespace can outlive its
+    // name while the kernel holds a reference, keeping the veth pair alive). Blocks from f000
+    // are never handed out either; pick one no concurrent test process is using.
+    let orphan = loop {
+        let block = 0xf000 | fastrand::u16(..0x1000);
+        let (orphan, peer) = (format!("eha{block:04x}c0"), format!("eha{block:04x}q0"));
+        let added = std::process::Command::new("ip")
+            .args([
+                "link", "add", "name", &orphan, "type", "veth", "peer", "name", &peer,
+            ])
+            .output()
+            .unwrap();
+        if added.status.success() {
+            break orphan;
+        }
+        assert!(
+            String::from_utf8_lossy(&added.stderr).contains("exists"),
+            "ip link add: {added:?}"
+        );
+    };
 
     // TLS too: the server certificate must name the member's address in its namespace.
     let mut cluster = Cluster::builder()
@@ -334,6 +354,14 @@ async fn an_isolated_start_sweeps_namespaces_of_dead_processes_and_members_resta
     assert!(
         !netns_list().contains(&stale),
         "the stale namespace was swept"
+    );
+    let link = std::process::Command::new("ip")
+        .args(["link", "show", "dev", &orphan])
+        .output()
+        .unwrap();
+    assert!(
+        !link.status.success(),
+        "the orphaned link {orphan} was swept"
     );
     assert!(cluster.endpoint(0).starts_with("https://10."));
 

@@ -19,7 +19,9 @@ const BIND_ATTEMPTS: usize = 3;
 /// Pause before such a retry, so the transient connection can go away.
 const BIND_RETRY_PAUSE: Duration = Duration::from_millis(300);
 
-/// A real etcd cluster on 127.0.0.1, with its own temporary data directories.
+/// A real etcd cluster on 127.0.0.1 (or, built with
+/// [`isolated_network`](ClusterBuilder::isolated_network), with each member in a network
+/// namespace of its own), with its own temporary data directories.
 ///
 /// Members are indexed `0..len()` and named "m0", "m1", .... Dropping the cluster SIGKILLs every
 /// member and removes its directory, also when the test panics; if the whole test process dies,

@@ -372,8 +372,16 @@ impl Connection {
         let down = pipe(&mut upstream_read, &mut client_write, mode, stats);
         let mut watcher = self.mode.clone();
         tokio::select! {
-            // Both directions finished (EOF both ways), or one failed.
-            _ = async { tokio::try_join!(up, down) } => Ended::Closed,
+            // Both directions finished (EOF both ways), one failed, or one dropped a chunk
+            // because of a fault (which the watcher may have missed if the mode flipped back).
+            piped = async { tokio::try_join!(up, down) } => match piped {
+                Err(Stop::Fault(mode)) => Ended::Fault(mode),
+                Err(Stop::Io(error)) => {
+                    tracing::debug!(%error, "connection failed");
+                    Ended::Closed
+                }
+                Ok(_) => Ended::Closed,
+            },
             // A fault began: stop at once; chunks still queued are lost.
             fault = watcher.wait_for(|mode| mode.is_fault()) => match fault {
                 Ok(mode) => Ended::Fault(*mode),
@@ -420,15 +428,29 @@ impl Connection {
     }
 }
 
+/// Why a [`pipe`] stopped early.
+enum Stop {
+    /// A socket failed.
+    Io(io::Error),
+    /// A chunk was dropped because the mode was this fault: the stream is broken from here on.
+    Fault(Mode),
+}
+
+impl From<io::Error> for Stop {
+    fn from(error: io::Error) -> Self {
+        Stop::Io(error)
+    }
+}
+
 /// Copies `reader` to `writer` through a queue that holds each chunk back by the `Latency` of
-/// the moment it was read (zero in `Pass`), and passes the EOF on. Drops chunks read or due
-/// while the mode is a fault; the caller is about to take over then.
+/// the moment it was read (zero in `Pass`), and passes the EOF on. Stops with the fault if a
+/// chunk is read or falls due while the mode is one.
 async fn pipe<R, W>(
     reader: &mut R,
     writer: &mut W,
     mode: &watch::Receiver<Mode>,
     stats: &Stats,
-) -> io::Result<()>
+) -> Result<(), Stop>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -440,12 +462,12 @@ where
             let n = reader.read(&mut buf).await?;
             if n == 0 {
                 // Dropping `queue` lets the writer drain it, then pass the EOF on.
-                return Ok::<_, io::Error>(());
+                return Ok::<_, Stop>(());
             }
             let delay = match *mode.borrow() {
                 Mode::Pass => Duration::ZERO,
                 Mode::Latency(delay) => delay,
-                Mode::Blackhole | Mode::Reset => continue,
+                fault @ (Mode::Blackhole | Mode::Reset) => return Err(Stop::Fault(fault)),
             };
             if queue
                 .send((Instant::now() + delay, buf[..n].to_vec()))
@@ -461,15 +483,17 @@ where
             if at > Instant::now() {
                 sleep_until(at).await;
             }
-            if mode.borrow().is_fault() {
-                continue;
+            let current = *mode.borrow();
+            if current.is_fault() {
+                return Err(Stop::Fault(current));
             }
             writer.write_all(&chunk).await?;
             stats
                 .forwarded
                 .fetch_add(chunk.len() as u64, Ordering::Relaxed);
         }
-        writer.shutdown().await
+        writer.shutdown().await?;
+        Ok(())
     };
     tokio::try_join!(read, write).map(drop)
 }
