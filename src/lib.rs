@@ -8,11 +8,17 @@
 //!                 v3electionpb, v3lockpb)
 //! error.rs        the one Error enum; tonic::Status -> typed etcd errors; is_retryable()
 //! options.rs      Options and TlsOptions: documented defaults, validated at connect
-//! endpoint.rs     an endpoint: URL parsing and its lazily connected HTTP/2 channel
+//! rpc.rs          THE table: every RPC's route, idempotency and require-leader flag
+//! endpoint/       one member endpoint: url.rs (parsing, channel), health.rs (the state
+//!                 machine), prober.rs (active probes), sync.rs (member sync)
+//! balance/        the endpoint set and the leader (mod.rs), pick policies (pick.rs)
+//! retry.rs        the retry policy: failure class x idempotency, linear backoff + jitter
+//! transport.rs    how every call leaves the client: pick, token, require-leader, deadline,
+//!                 retry, hedging; and what a failure teaches the balancer
 //! token.rs        the auth token, renewed once for all concurrent callers
-//! transport.rs    how every call leaves the client: endpoint, token, deadline, size, errors
 //! stream.rs       ResponseStream: server streams with typed errors
-//! client.rs       Client: connect, and the typed sub-clients below
+//! metrics.rs      counters through the `metrics` facade (feature "metrics")
+//! client.rs       Client: connect, endpoints(), and the typed sub-clients below
 //! kv.rs, txn.rs   KV: get / put / delete with options, the Txn builder, compact
 //! lease.rs        Lease: grant, revoke, time to live, leases, raw keep-alive stream
 //! watch.rs        Watch: the raw bidirectional stream and WatchOptions
@@ -23,6 +29,16 @@
 //! lock.rs         the server-side Lock service
 //! testkit/        (feature "testkit") real etcd clusters and fault injection for tests
 //! ```
+//!
+//! # How a call fails over
+//!
+//! Data flows one way: typed sub-client -> [`transport`](Client) (retry, hedging, deadline)
+//! -> balancer pick -> one endpoint's HTTP/2 channel. Probers (one per member, every 500 ms)
+//! and the outcome of every request feed each endpoint's health state machine; a member that
+//! fails a request or a probe is ejected at once and comes back through probation. Calls that
+//! need the leader go to it while it is healthy; writes are retried only when they provably
+//! never left the client or were refused before etcd did anything; reads are retried on any
+//! transient failure and hedged to another member when slow.
 //!
 //! # Example
 //!
