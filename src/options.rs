@@ -50,12 +50,14 @@ pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(500);
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Default time after which a repeatable request still waiting on one endpoint is also sent to
-/// another one (hedging); the first answer wins.
+/// another one (hedging); the first answer wins. It is also how long a member may owe an answer
+/// to a call that ends (deadline, or dropped by the caller) before the silence counts against it.
 ///
-/// 1 s: far above a healthy member's latency, well below the request timeout, so a read stuck on
-/// a frozen member still succeeds elsewhere in time. With a short request timeout the hedge goes
-/// out after a third of it instead.
-pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+/// 300 ms: a healthy member answers a linearizable read within a heartbeat or two (100 ms each
+/// at etcd's defaults), so 300 ms of silence is a strong hint that it is frozen, cut off or
+/// overloaded; at most one extra copy of a slow read is sent. With a short request timeout the
+/// hedge goes out after a third of it instead.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Default time leader-bound calls wait for a new leader after the client lost the old one.
 ///

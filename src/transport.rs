@@ -328,22 +328,32 @@ impl Transport {
             }
         };
 
-        let mut tried: Vec<Arc<str>> = Vec::new();
-        let mut in_flight = FuturesUnordered::new();
-        // Endpoints of the attempts in `in_flight`, to blame if the deadline runs out on them.
-        let mut waiting_on: Vec<Arc<Endpoint>> = Vec::new();
-        let mut attempts: u32 = 1;
-        let mut renewed = false;
-        self.await_leader(rpc, &target, deadline).await;
-        let first = self.pick(rpc, &target, &tried)?;
-        tried.push(first.url.clone());
-        waiting_on.push(first.clone());
-        in_flight.push(launch(first));
         // Hedge early enough that the hedge itself has time to answer before the deadline.
         let hedge_after = match self.timeout(deadline_kind) {
             Some(t) => self.options.attempt_timeout.min(t / 3),
             None => self.options.attempt_timeout,
         };
+        let mut tried: Vec<Arc<str>> = Vec::new();
+        let mut in_flight = FuturesUnordered::new();
+        // Endpoints of the attempts in `in_flight`: blamed if the call ends (deadline, or the
+        // caller dropping it) while they still owe an answer.
+        let mut waiting_on = Abandoned {
+            transport: self,
+            waiting: Vec::new(),
+            // Calls that wait by design (campaign, lock) owe nothing in any time.
+            threshold: if deadline.is_some() {
+                hedge_after
+            } else {
+                Duration::MAX
+            },
+        };
+        let mut attempts: u32 = 1;
+        let mut renewed = false;
+        self.await_leader(rpc, &target, deadline).await;
+        let first = self.pick(rpc, &target, &tried)?;
+        tried.push(first.url.clone());
+        waiting_on.push(&first);
+        in_flight.push(launch(first));
         let mut hedge_at = Instant::now() + hedge_after;
 
         loop {
@@ -356,85 +366,82 @@ impl Transport {
             let can_hedge =
                 hedging && in_flight.len() < MAX_IN_FLIGHT && attempts < policy.max_attempts;
             tokio::select! {
-                // An attempt finished.
-                Some((ep, started, generation, sent_token, result)) = in_flight.next() => {
-                    if let Some(i) = waiting_on.iter().position(|w| Arc::ptr_eq(w, &ep)) {
-                        waiting_on.swap_remove(i);
-                    }
-                    let status = match result {
-                        Ok(response) => {
-                            ep.on_success(started.elapsed());
-                            return Ok(response.into_inner());
+                            // An attempt finished.
+                            Some((ep, started, generation, sent_token, result)) = in_flight.next() => {
+                                waiting_on.answered(&ep);
+                                let status = match result {
+                                    Ok(response) => {
+                                        ep.on_success(started.elapsed());
+                                        // A hedge that lost the race is not the member's fault.
+                                        waiting_on.waiting.clear();
+                                        return Ok(response.into_inner());
+                                    }
+                                    Err(status) => status,
+                                };
+                                let unsent = never_sent(&status);
+                                let err = Error::from_status(status, &ep.url);
+                                self.learn(&ep, &err);
+                                if wants_login(&err, sent_token) && !renewed && self.token.is_some() {
+                                    renewed = true;
+                                    self.renew_token(generation).await?;
+                                    waiting_on.push(&ep);
+                                    in_flight.push(launch(ep));
+                                    continue;
+                                }
+                                let decision = if pinned && !unsent {
+                                    Decision::Stop
+                                } else {
+                                    policy.decide(rpc, &err, unsent, attempts)
+                                };
+                                if decision == Decision::Stop {
+                                    // Another attempt may still succeed; a definite answer (e.g. compacted)
+                                    // from any member is the answer.
+                                    if in_flight.is_empty() || !err.is_retryable() {
+                                        return Err(err);
+                                    }
+                                    continue;
+                                }
+                                if !in_flight.is_empty() {
+                                    // The hedge is still running; let it answer.
+                                    continue;
+                                }
+                                let wait = policy.backoff();
+                                if deadline.is_some_and(|d| Instant::now() + wait >= d) {
+                                    return Err(err);
+                                }
+                                tokio::time::sleep(wait).await;
+                                self.await_leader(rpc, &target, deadline).await;
+                                let next = self.next_endpoint(rpc, &target, &mut tried, &ep)?;
+                                tracing::debug!(rpc = rpc.name(), from = %ep.url, to = %next.url, error = %err, "retrying");
+                                crate::metrics::retry(rpc.name());
+                                attempts += 1;
+                                waiting_on.push(&next);
+                                in_flight.push(launch(next));
+                                hedge_at = Instant::now() + hedge_after;
+                            }
+                            // Slow: send a repeatable request to another member as well.
+                            _ = tokio::time::sleep_until(hedge_at), if can_hedge => {
+                                let Ok(next) = self.pick(rpc, &target, &tried) else { continue };
+                                if tried.iter().any(|t| *t == next.url) {
+                                    // Nowhere else to go; keep waiting on what is in flight.
+                                    hedge_at = Instant::now() + hedge_after;
+                                    continue;
+                                }
+                                tracing::debug!(rpc = rpc.name(), to = %next.url, "hedging a slow request");
+                                crate::metrics::retry(rpc.name());
+                                tried.push(next.url.clone());
+                                attempts += 1;
+                                waiting_on.push(&next);
+                                in_flight.push(launch(next));
+                                hedge_at = Instant::now() + hedge_after;
+                            }
+                            () = deadline_sleep => {
+                                // Whatever is still in flight is abandoned: for a mutation the outcome is
+                                // unknown, which is what Timeout says. The members that did not answer in
+                                // the whole deadline are suspect until a probe says otherwise.
+            return Err(Error::Timeout);
+                            }
                         }
-                        Err(status) => status,
-                    };
-                    let unsent = never_sent(&status);
-                    let err = Error::from_status(status, &ep.url);
-                    self.learn(&ep, &err);
-                    if wants_login(&err, sent_token) && !renewed && self.token.is_some() {
-                        renewed = true;
-                        self.renew_token(generation).await?;
-                        waiting_on.push(ep.clone());
-                        in_flight.push(launch(ep));
-                        continue;
-                    }
-                    let decision = if pinned && !unsent {
-                        Decision::Stop
-                    } else {
-                        policy.decide(rpc, &err, unsent, attempts)
-                    };
-                    if decision == Decision::Stop {
-                        // Another attempt may still succeed; a definite answer (e.g. compacted)
-                        // from any member is the answer.
-                        if in_flight.is_empty() || !err.is_retryable() {
-                            return Err(err);
-                        }
-                        continue;
-                    }
-                    if !in_flight.is_empty() {
-                        // The hedge is still running; let it answer.
-                        continue;
-                    }
-                    let wait = policy.backoff();
-                    if deadline.is_some_and(|d| Instant::now() + wait >= d) {
-                        return Err(err);
-                    }
-                    tokio::time::sleep(wait).await;
-                    self.await_leader(rpc, &target, deadline).await;
-                    let next = self.next_endpoint(rpc, &target, &mut tried, &ep)?;
-                    tracing::debug!(rpc = rpc.name(), from = %ep.url, to = %next.url, error = %err, "retrying");
-                    crate::metrics::retry(rpc.name());
-                    attempts += 1;
-                    waiting_on.push(next.clone());
-                    in_flight.push(launch(next));
-                    hedge_at = Instant::now() + hedge_after;
-                }
-                // Slow: send a repeatable request to another member as well.
-                _ = tokio::time::sleep_until(hedge_at), if can_hedge => {
-                    let Ok(next) = self.pick(rpc, &target, &tried) else { continue };
-                    if tried.iter().any(|t| *t == next.url) {
-                        // Nowhere else to go; keep waiting on what is in flight.
-                        hedge_at = Instant::now() + hedge_after;
-                        continue;
-                    }
-                    tracing::debug!(rpc = rpc.name(), to = %next.url, "hedging a slow request");
-                    crate::metrics::retry(rpc.name());
-                    tried.push(next.url.clone());
-                    attempts += 1;
-                    waiting_on.push(next.clone());
-                    in_flight.push(launch(next));
-                    hedge_at = Instant::now() + hedge_after;
-                }
-                () = deadline_sleep => {
-                    // Whatever is still in flight is abandoned: for a mutation the outcome is
-                    // unknown, which is what Timeout says. The members that did not answer in
-                    // the whole deadline are suspect until a probe says otherwise.
-                    for ep in &waiting_on {
-                        self.learn(ep, &Error::Timeout);
-                    }
-                    return Err(Error::Timeout);
-                }
-            }
         }
     }
 
@@ -497,7 +504,10 @@ impl Transport {
             // Streams without a deadline (observe) wait by design: no attempt limit either.
             let limit = match (rpc.idempotency(), deadline) {
                 (Idempotency::Repeatable, Some(d)) if !pinned => {
-                    Some((started + self.options.attempt_timeout).min(d))
+                    // At least 1 s: opening a stream may wait for its first message (a snapshot
+                    // chunk, a watch's created answer) on a busy member.
+                    let open_limit = self.options.attempt_timeout.max(Duration::from_secs(1));
+                    Some((started + open_limit).min(d))
                 }
                 (_, d) => d,
             };
@@ -649,6 +659,40 @@ impl Transport {
         for ep in &removed {
             tracing::info!(endpoint = %ep.url, "member removed; endpoint dropped");
             ep.cancel.cancel();
+        }
+    }
+}
+
+/// The attempts a call is still waiting on. When the call ends without their answer (its
+/// deadline ran out, or the caller gave up and dropped it, e.g. with its own shorter timeout),
+/// every member that has owed an answer for longer than the hedge delay is blamed like a
+/// timeout: a frozen or black-holed member is then ejected by the very calls it stalls, not
+/// only by the next probe.
+struct Abandoned<'a> {
+    transport: &'a Transport,
+    waiting: Vec<(Arc<Endpoint>, Instant)>,
+    /// How long an answer may be owed before silence counts against the member.
+    threshold: Duration,
+}
+
+impl Abandoned<'_> {
+    fn push(&mut self, ep: &Arc<Endpoint>) {
+        self.waiting.push((ep.clone(), Instant::now()));
+    }
+
+    fn answered(&mut self, ep: &Arc<Endpoint>) {
+        if let Some(i) = self.waiting.iter().position(|(w, _)| Arc::ptr_eq(w, ep)) {
+            self.waiting.swap_remove(i);
+        }
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        for (ep, since) in &self.waiting {
+            if since.elapsed() >= self.threshold {
+                self.transport.learn(ep, &Error::Timeout);
+            }
         }
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Three clients run side by side in every scenario:
 //!
-//! - `etcd-ha` with [`etcd_ha::Options::default`]: what this crate ships.
+//! - `etcd-ha` with [`etcd_ha::Options::default`]: what this crate ships (member sync is off
+//!   behind a proxy, see [`Scenario::ha_options`](crate::scenario::Scenario::ha_options)).
 //! - `etcd-client` with its defaults (`Client::connect(endpoints, None)`): no request timeout,
 //!   no connect timeout, no keepalive, no retry.
 //! - `etcd-client-tuned`: what a careful user of etcd-client configures (see [`tuned_options`]).
@@ -14,27 +15,27 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientKind {
     /// This crate with its default options.
-    EtcdHa,
+    Ha,
     /// The `etcd-client` crate with its default options.
-    EtcdClient,
+    Baseline,
     /// The `etcd-client` crate with keepalive, connect and request timeouts set.
-    EtcdClientTuned,
+    BaselineTuned,
 }
 
 impl ClientKind {
     /// Every client, in the order the report lists them.
     pub const ALL: [ClientKind; 3] = [
-        ClientKind::EtcdHa,
-        ClientKind::EtcdClient,
-        ClientKind::EtcdClientTuned,
+        ClientKind::Ha,
+        ClientKind::Baseline,
+        ClientKind::BaselineTuned,
     ];
 
     /// The name in the report, also the first part of the client's key prefix.
     pub fn name(self) -> &'static str {
         match self {
-            ClientKind::EtcdHa => "etcd-ha",
-            ClientKind::EtcdClient => "etcd-client",
-            ClientKind::EtcdClientTuned => "etcd-client-tuned",
+            ClientKind::Ha => "etcd-ha",
+            ClientKind::Baseline => "etcd-client",
+            ClientKind::BaselineTuned => "etcd-client-tuned",
         }
     }
 }
@@ -78,9 +79,9 @@ pub fn tuned_description() -> String {
 #[derive(Clone)]
 pub enum BenchClient {
     /// etcd-ha's KV service.
-    EtcdHa(etcd_ha::Kv),
+    Ha(etcd_ha::Kv),
     /// etcd-client's KV client, default or tuned.
-    EtcdClient(etcd_client::KvClient),
+    Baseline(Box<etcd_client::KvClient>),
 }
 
 /// What reached the caller when a call failed: a short, stable kind ("Timeout",
@@ -88,22 +89,27 @@ pub enum BenchClient {
 pub type ErrorKind = String;
 
 impl BenchClient {
-    /// Connects `kind` to `endpoints` and writes one marker key (`<prefix>marker`) so that the
-    /// connections are up before the warm-up window starts.
-    pub async fn connect(kind: ClientKind, endpoints: &[String], prefix: &str) -> Self {
+    /// Connects `kind` to `endpoints` (etcd-ha with `ha_options`) and writes one marker key
+    /// (`<prefix>marker`) so that the connections are up before the warm-up window starts.
+    pub async fn connect(
+        kind: ClientKind,
+        endpoints: &[String],
+        prefix: &str,
+        ha_options: etcd_ha::Options,
+    ) -> Self {
         let client = match kind {
-            ClientKind::EtcdHa => {
-                let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
+            ClientKind::Ha => {
+                let client = etcd_ha::Client::connect(endpoints, ha_options)
                     .await
                     .expect("etcd-ha connects to a healthy cluster");
-                BenchClient::EtcdHa(client.kv())
+                BenchClient::Ha(client.kv())
             }
-            ClientKind::EtcdClient | ClientKind::EtcdClientTuned => {
-                let options = (kind == ClientKind::EtcdClientTuned).then(tuned_options);
+            ClientKind::Baseline | ClientKind::BaselineTuned => {
+                let options = (kind == ClientKind::BaselineTuned).then(tuned_options);
                 let client = etcd_client::Client::connect(endpoints, options)
                     .await
                     .expect("etcd-client connects to a healthy cluster");
-                BenchClient::EtcdClient(client.kv_client())
+                BenchClient::Baseline(Box::new(client.kv_client()))
             }
         };
         let marker = format!("{prefix}marker");
@@ -118,12 +124,12 @@ impl BenchClient {
     /// Put `value` at `key`.
     pub async fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), ErrorKind> {
         match self {
-            BenchClient::EtcdHa(kv) => kv
+            BenchClient::Ha(kv) => kv
                 .put(key, value, etcd_ha::PutOptions::new())
                 .await
                 .map(drop)
                 .map_err(|e| ha_kind(&e)),
-            BenchClient::EtcdClient(kv) => kv
+            BenchClient::Baseline(kv) => kv
                 .put(key, value, None)
                 .await
                 .map(drop)
@@ -134,16 +140,23 @@ impl BenchClient {
     /// Read `key`, linearizably (`serializable = false`) or from the member's local state.
     pub async fn get(&mut self, key: Vec<u8>, serializable: bool) -> Result<(), ErrorKind> {
         match self {
-            BenchClient::EtcdHa(kv) => {
+            BenchClient::Ha(kv) => {
                 let mut options = etcd_ha::GetOptions::new();
                 if serializable {
                     options = options.with_serializable();
                 }
-                kv.get(key, options).await.map(drop).map_err(|e| ha_kind(&e))
+                kv.get(key, options)
+                    .await
+                    .map(drop)
+                    .map_err(|e| ha_kind(&e))
             }
-            BenchClient::EtcdClient(kv) => {
-                let options = serializable.then(|| etcd_client::GetOptions::new().with_serializable());
-                kv.get(key, options).await.map(drop).map_err(|e| ec_kind(&e))
+            BenchClient::Baseline(kv) => {
+                let options =
+                    serializable.then(|| etcd_client::GetOptions::new().with_serializable());
+                kv.get(key, options)
+                    .await
+                    .map(drop)
+                    .map_err(|e| ec_kind(&e))
             }
         }
     }

@@ -1,0 +1,99 @@
+//! The cluster's own recovery time, measured in the same run as the clients: how long after the
+//! fault the surviving members report a leader again.
+//!
+//! Every 50 ms each watched member is asked for its Maintenance Status on a fresh channel
+//! (never one of the clients', and never reused: a member killed and restarted under the same
+//! URL must not be judged by an old connection), each answer bounded by 200 ms. The first
+//! answer that satisfies the [`Rule`] stops the clock.
+
+use std::time::Duration;
+
+use etcd_ha::proto::etcdserverpb::StatusRequest;
+use etcd_ha::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use futures_util::future::join_all;
+use tokio::time::{Instant, MissedTickBehavior};
+use tonic::transport::Endpoint;
+
+/// Time between two polling rounds: 50 ms, the resolution of the reported time; an etcd
+/// election takes 1-2 s with its default timings.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Bound on one Status call, connect included: 200 ms, ample on loopback; a frozen or
+/// leaderless member must not hold up the next round.
+const POLL_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// What counts as "the cluster has a leader again".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// A watched member reports a leader that is neither none (0) nor `old` (the faulted
+    /// leader's raft id): the leader moved.
+    NewLeader {
+        /// The raft member id of the leader before the fault.
+        old: u64,
+    },
+    /// A watched member reports any leader (after a restart of every member, the old leader may
+    /// well win again).
+    AnyLeader,
+}
+
+impl Rule {
+    /// True if a member reporting `leader` satisfies the rule.
+    fn satisfied_by(self, leader: u64) -> bool {
+        match self {
+            Rule::NewLeader { old } => leader != 0 && leader != old,
+            Rule::AnyLeader => leader != 0,
+        }
+    }
+
+    /// The rule in words, for the report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Rule::NewLeader { .. } => "until a surviving member reports a new leader",
+            Rule::AnyLeader => "until any member reports a leader",
+        }
+    }
+}
+
+/// Polls the members at `urls` from `since` (the moment of the fault) until one satisfies
+/// `rule` or `give_up` passes; returns the time from `since` to that answer.
+pub async fn measure(
+    urls: Vec<String>,
+    rule: Rule,
+    since: Instant,
+    give_up: Instant,
+) -> Option<Duration> {
+    let mut rounds = tokio::time::interval(POLL_INTERVAL);
+    rounds.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    while Instant::now() < give_up {
+        rounds.tick().await;
+        let leaders = join_all(urls.iter().map(|url| leader_seen_by(url))).await;
+        if leaders
+            .into_iter()
+            .flatten()
+            .any(|leader| rule.satisfied_by(leader))
+        {
+            return Some(since.elapsed());
+        }
+    }
+    None
+}
+
+/// The leader id that the member at `url` reports, or `None` if it does not answer in time.
+async fn leader_seen_by(url: &str) -> Option<u64> {
+    let endpoint = Endpoint::from_shared(url.to_string())
+        .ok()?
+        .connect_timeout(POLL_TIMEOUT)
+        .timeout(POLL_TIMEOUT);
+    let call = async {
+        let channel = endpoint.connect().await.ok()?;
+        let status = MaintenanceClient::new(channel)
+            .status(StatusRequest {})
+            .await
+            .ok()?;
+        Some(status.into_inner().leader)
+    };
+    tokio::time::timeout(POLL_TIMEOUT, call)
+        .await
+        .ok()
+        .flatten()
+}
