@@ -13,7 +13,8 @@ use std::time::Duration;
 use etcd_ha::proto::etcdserverpb::ResponseHeader;
 use etcd_ha::testkit::Cluster;
 use etcd_ha::{
-    Client, Compare, CompareOp, GetOptions, Options, PutOptions, Txn, TxnOp, WatchOptions,
+    Client, Compare, CompareOp, GetOptions, Options, PutOptions, Txn, TxnOp, WatchBatch,
+    WatchOptions,
 };
 
 #[tokio::main]
@@ -47,16 +48,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .unwrap_or_else(|| format!("{id:x}"))
     };
 
-    // A watch first, so it sees the writes below.
-    let (_watcher, mut events) = client
+    // A watch first, so it sees the writes below: it returns once created. It is a managed
+    // watch: should its member fail, it resumes on another without losing an event.
+    let mut events = client
         .watch()
         .watch("tour/", WatchOptions::new().with_prefix())
         .await?;
-    let created = events.message().await?.ok_or("watch closed")?;
     println!(
-        "watch {} created, served by {}",
-        created.watch_id,
-        events.endpoint()
+        "watch created at revision {}, served by {}",
+        events.revision(),
+        events.endpoint().unwrap_or_default()
     );
 
     let kv = client.kv();
@@ -94,10 +95,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     for _ in 0..2 {
-        let resp = tokio::time::timeout(Duration::from_secs(5), events.message())
-            .await??
-            .ok_or("watch closed")?;
-        for event in resp.events {
+        let batch = tokio::time::timeout(Duration::from_secs(5), events.next_batch())
+            .await?
+            .ok_or("watch closed")??;
+        let WatchBatch::Events { events: batch, .. } = batch else {
+            continue;
+        };
+        for event in batch {
             let kind = event.r#type();
             let kv = event.kv.unwrap_or_default();
             println!(

@@ -11,6 +11,7 @@ use crate::election::Election;
 use crate::endpoint;
 use crate::endpoint::{EndpointInfo, RaftView};
 use crate::error::{Error, Result};
+use crate::keeper::Keeper;
 use crate::kv::Kv;
 use crate::lease::Lease;
 use crate::lock::Lock;
@@ -112,11 +113,29 @@ impl Client {
         Lease::new(self.transport.clone())
     }
 
-    /// The raw bidirectional watch stream.
+    /// The client's lease keeper: keeps any number of leases alive over one stream (see
+    /// [`Keeper`]). Every call returns the same keeper.
     ///
     /// ```no_run
     /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// let (sender, events) = client.watch().watch("config/", etcd_ha::WatchOptions::new().with_prefix()).await?;
+    /// let lease = client.keeper().grant(std::time::Duration::from_secs(10)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn keeper(&self) -> Keeper {
+        self.transport
+            .keeper
+            .get_or_init(|| Keeper::new(Arc::downgrade(&self.transport)))
+            .clone()
+    }
+
+    /// Watches: the managed watch (shared stream, failover, exactly-once resume) and the raw
+    /// bidirectional stream.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let mut config = client.watch().watch("config/", etcd_ha::WatchOptions::new().with_prefix()).await?;
+    /// let first = config.next_batch().await;
     /// # Ok(())
     /// # }
     /// ```

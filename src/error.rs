@@ -176,6 +176,34 @@ pub enum Error {
         reason: String,
     },
 
+    /// A write guarded by a [`Fence`](crate::concurrency::Fence) did not happen because the
+    /// holder's key no longer exists with its create revision: the leadership or lock it
+    /// guards was lost (for example [`Leader::proclaim`](crate::concurrency::Leader::proclaim)
+    /// after the session expired).
+    #[error(
+        "no longer the holder of {}: its key was deleted or re-created",
+        String::from_utf8_lossy(key)
+    )]
+    Fenced {
+        /// The holder's key.
+        key: Vec<u8>,
+    },
+
+    /// [`Leadership::campaign`](crate::concurrency::Leadership::campaign) refused: this
+    /// candidate already won `max` campaigns within `window` (it keeps winning and losing the
+    /// leadership), so it stays out until `retry_after` has passed.
+    #[error(
+        "campaigned too often: {max} won campaigns within {window:?}; retry after {retry_after:?}"
+    )]
+    CampaignTooFrequent {
+        /// The limit of won campaigns per window.
+        max: usize,
+        /// The window.
+        window: Duration,
+        /// When a campaign will be allowed again.
+        retry_after: Duration,
+    },
+
     /// The server closed a stream that should have stayed open.
     #[error("the server closed the stream")]
     StreamClosed,

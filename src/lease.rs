@@ -128,24 +128,24 @@ impl Lease {
 
     /// Open the raw keep-alive stream and send a first keep-alive for `id`.
     ///
-    /// Send more keep-alives (for this or other leases) with the returned [`LeaseKeeper`]; each
-    /// answer carries the lease's new TTL, `ttl <= 0` meaning it is gone. Nothing here renews on a
-    /// timer or reconnects: that is the managed keeper's job.
+    /// Send more keep-alives (for this or other leases) with the returned [`KeepAliveSender`];
+    /// each answer carries the lease's new TTL, `ttl <= 0` meaning it is gone. Nothing here renews
+    /// on a timer or reconnects: that is the job of the managed [`Keeper`](crate::Keeper).
     ///
     /// ```no_run
     /// # async fn demo(lease: etcd_ha::Lease) -> etcd_ha::Result<()> {
     /// let id = lease.grant(5, None).await?.id;
-    /// let (keeper, mut answers) = lease.keep_alive(id).await?;
+    /// let (sender, mut answers) = lease.keep_alive(id).await?;
     /// let first = answers.message().await?.expect("an answer");
     /// assert!(first.ttl > 0);
-    /// keeper.keep_alive(id).await?;
+    /// sender.keep_alive(id).await?;
     /// # Ok(())
     /// # }
     /// ```
     pub async fn keep_alive(
         &self,
         id: i64,
-    ) -> Result<(LeaseKeeper, ResponseStream<LeaseKeepAliveResponse>)> {
+    ) -> Result<(KeepAliveSender, ResponseStream<LeaseKeepAliveResponse>)> {
         let (tx, stream) = self
             .transport
             .open_bidi(
@@ -156,29 +156,31 @@ impl Lease {
                 |c, r| async move { c.lease().lease_keep_alive(r).await },
             )
             .await?;
-        Ok((LeaseKeeper { tx }, stream))
+        Ok((KeepAliveSender { tx }, stream))
     }
 }
 
-/// The sending half of a raw keep-alive stream.
+/// The sending half of a raw keep-alive stream: one renewal per call, no timer, no reconnect
+/// (the managed [`Keeper`](crate::Keeper) does those).
 ///
 /// ```no_run
-/// # async fn demo(keeper: etcd_ha::LeaseKeeper, id: i64) -> etcd_ha::Result<()> {
-/// keeper.keep_alive(id).await?;
+/// # async fn demo(sender: etcd_ha::KeepAliveSender, id: i64) -> etcd_ha::Result<()> {
+/// sender.keep_alive(id).await?;
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct LeaseKeeper {
+pub struct KeepAliveSender {
+    /// Feeds the stream opened by [`Lease::keep_alive`].
     tx: mpsc::Sender<LeaseKeepAliveRequest>,
 }
 
-impl LeaseKeeper {
+impl KeepAliveSender {
     /// Ask for one renewal of `id`; the answer arrives on the response stream.
     ///
     /// ```no_run
-    /// # async fn demo(keeper: etcd_ha::LeaseKeeper) -> etcd_ha::Result<()> {
-    /// keeper.keep_alive(0x1234).await?;
+    /// # async fn demo(sender: etcd_ha::KeepAliveSender) -> etcd_ha::Result<()> {
+    /// sender.keep_alive(0x1234).await?;
     /// # Ok(())
     /// # }
     /// ```

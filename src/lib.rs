@@ -21,10 +21,18 @@
 //! client.rs       Client: connect, endpoints(), and the typed sub-clients below
 //! kv.rs, txn.rs   KV: get / put / delete with options, the Txn builder, compact
 //! lease.rs        Lease: grant, revoke, time to live, leases, raw keep-alive stream
-//! watch.rs        Watch: the raw bidirectional stream and WatchOptions
+//! keeper/         the lease keeper: many leases over one keep-alive stream, conservative
+//!                 local expiry, lost signal (state.rs: the bookkeeping; task.rs: the stream)
+//! session.rs      Session: a kept lease for recipes; done / lost / close (revokes)
+//! watch/          Watch: the managed watch (mod.rs: service and WatchOptions; managed.rs:
+//!                 WatchStream / WatchBatch; hub.rs: the task owning the one shared stream,
+//!                 failover and resume; resume.rs: resume revision, fragments, dedup;
+//!                 progress.rs: liveness and progress rules) and the raw bidirectional stream
 //! cluster.rs      Cluster: member list / add / add learner / remove / update / promote
 //! maintenance.rs  Maintenance: status, alarms, defragment, hashes, move leader, snapshot
 //! auth.rs         Auth: enable / disable / status, authenticate, users, roles
+//! concurrency/    recipes: Election and Mutex (queued, predecessor-only waits), PD-style
+//!                 Leadership with a lost() signal, Fence for guarded writes
 //! election.rs     the server-side Election service
 //! lock.rs         the server-side Lock service
 //! testkit/        (feature "testkit") real etcd clusters and fault injection for tests
@@ -74,9 +82,11 @@ mod auth;
 mod balance;
 mod client;
 mod cluster;
+pub mod concurrency;
 mod election;
 mod endpoint;
 mod error;
+mod keeper;
 mod kv;
 mod lease;
 mod lock;
@@ -87,6 +97,7 @@ pub mod proto;
 mod redact;
 mod retry;
 pub mod rpc;
+mod session;
 mod stream;
 mod token;
 mod transport;
@@ -103,8 +114,9 @@ pub use cluster::Cluster;
 pub use election::Election;
 pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
+pub use keeper::{Keeper, KeptLease};
 pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
-pub use lease::{Lease, LeaseKeeper};
+pub use lease::{KeepAliveSender, Lease};
 pub use lock::Lock;
 pub use maintenance::Maintenance;
 pub use options::{
@@ -114,6 +126,7 @@ pub use options::{
     DEFAULT_REQUEST_TIMEOUT, Options, TlsOptions,
 };
 pub use rpc::Route;
+pub use session::Session;
 pub use stream::ResponseStream;
 pub use txn::{Compare, CompareOp, Txn, TxnOp};
-pub use watch::{Watch, WatchOptions, Watcher};
+pub use watch::{Watch, WatchBatch, WatchOptions, WatchStream, Watcher};

@@ -107,6 +107,12 @@ pub(crate) struct Transport {
     pub(crate) probe_now: Arc<Notify>,
     /// Wakes member sync (a failure hinted that membership may have changed).
     pub(crate) sync_now: Arc<Notify>,
+    /// The lease keeper shared by every handle, started on first use (it holds this transport
+    /// weakly, so it does not keep it alive).
+    pub(crate) keeper: std::sync::OnceLock<crate::keeper::Keeper>,
+    /// The task that owns the managed watches' shared stream, started on first use (it holds
+    /// this transport weakly too).
+    pub(crate) watch_hub: std::sync::OnceLock<crate::watch::Hub>,
 }
 
 impl Drop for Transport {
@@ -144,6 +150,8 @@ impl Transport {
             cancel,
             probe_now: Arc::new(Notify::new()),
             sync_now: Arc::new(Notify::new()),
+            keeper: std::sync::OnceLock::new(),
+            watch_hub: std::sync::OnceLock::new(),
         });
         for ep in transport.balancer.endpoints().iter() {
             transport.spawn_prober(ep.clone());

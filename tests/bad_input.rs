@@ -298,7 +298,7 @@ async fn dying_members_give_retryable_errors_and_the_client_recovers() {
     // (SIGKILL closes the member's sockets), not with a hang and not with a clean end.
     let (_watcher, mut events) = client
         .watch()
-        .watch(key.as_str(), WatchOptions::new())
+        .raw(key.as_str(), WatchOptions::new())
         .await
         .unwrap();
     let created = events

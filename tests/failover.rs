@@ -237,7 +237,7 @@ async fn idle_client_stays_connected_for_over_a_minute() {
     // etcd would answer pings closer than 5 s apart with GOAWAY too_many_pings.
     let (_watcher, mut events) = client
         .watch()
-        .watch(key.as_str(), etcd_ha::WatchOptions::new())
+        .raw(key.as_str(), etcd_ha::WatchOptions::new())
         .await
         .unwrap();
     let created = events.message().await.unwrap().unwrap();

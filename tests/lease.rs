@@ -146,7 +146,7 @@ async fn keep_alive_stream_renews_until_revoked() {
         .await
         .unwrap();
 
-    let (keeper, mut answers) = lease.keep_alive(id).await.unwrap();
+    let (sender, mut answers) = lease.keep_alive(id).await.unwrap();
     let first = answer(&mut answers).await;
     assert_eq!(first.id, id);
     assert_eq!(first.ttl, TTL);
@@ -155,7 +155,7 @@ async fn keep_alive_stream_renews_until_revoked() {
     let began = Instant::now();
     while began.elapsed() < Duration::from_secs(2 * TTL as u64) {
         sleep(Duration::from_millis(1000)).await;
-        keeper.keep_alive(id).await.unwrap();
+        sender.keep_alive(id).await.unwrap();
         let renewed = answer(&mut answers).await;
         assert_eq!((renewed.id, renewed.ttl), (id, TTL));
     }
@@ -169,18 +169,18 @@ async fn keep_alive_stream_renews_until_revoked() {
     assert!(exists(&client, &key).await);
 
     // One stream serves several leases; answers name the lease they are for.
-    keeper.keep_alive(other).await.unwrap();
+    sender.keep_alive(other).await.unwrap();
     let for_other = answer(&mut answers).await;
     assert_eq!((for_other.id, for_other.ttl), (other, 60));
 
     // A revoked lease answers with ttl <= 0 and the stream stays usable.
     lease.revoke(id).await.unwrap();
-    keeper.keep_alive(id).await.unwrap();
+    sender.keep_alive(id).await.unwrap();
     let dead = answer(&mut answers).await;
     assert_eq!(dead.id, id);
     assert!(dead.ttl <= 0, "ttl {} for a revoked lease", dead.ttl);
     assert!(!exists(&client, &key).await);
-    keeper.keep_alive(other).await.unwrap();
+    sender.keep_alive(other).await.unwrap();
     assert_eq!(answer(&mut answers).await.ttl, 60);
 
     drop(cluster);

@@ -1,6 +1,8 @@
-//! Behaviour of the raw Watch stream against a real 3-member cluster: events and their order,
-//! watch options and filters, several watches on one stream, cancel, progress, history replay,
-//! compaction, and fragmented large revisions.
+//! Behaviour of the Watch service against a real 3-member cluster. The raw stream: events and
+//! their order, watch options and filters, several watches on one stream, cancel, progress,
+//! history replay, compaction, and fragmented large revisions. The managed watch (on a healthy
+//! cluster): order and pinning, compaction surfaced or reloaded, fragments reassembled, many
+//! watches on one stream, a slow consumer paused alone, progress only when true.
 //!
 //! Run against etcd 3.4 too: `ETCD_BIN=$(scripts/etcd-3.4.sh) cargo test --features testkit --test watch`.
 
@@ -11,7 +13,9 @@ use std::time::Duration;
 
 use etcd_ha::proto::etcdserverpb::WatchResponse;
 use etcd_ha::proto::mvccpb::{Event, event::EventType};
-use etcd_ha::{Client, DeleteOptions, PutOptions, ResponseStream, WatchOptions};
+use etcd_ha::{
+    Client, DeleteOptions, PutOptions, ResponseStream, WatchBatch, WatchOptions, WatchStream,
+};
 use tokio::time::timeout;
 
 /// How long a watch response may take on a loaded 2-core box.
@@ -126,7 +130,7 @@ async fn events_filters_and_several_watches_on_one_stream() {
     // filter. Created responses come back in request order.
     let (watcher, mut stream) = client
         .watch()
-        .watch(k.as_str(), WatchOptions::new())
+        .raw(k.as_str(), WatchOptions::new())
         .await
         .unwrap();
     let key_watch = created(&mut stream).await;
@@ -244,7 +248,7 @@ async fn start_revision_replays_history_and_progress_is_reported() {
     // From r2 (inclusive): everything after the first write, in revision order.
     let (watcher, mut stream) = client
         .watch()
-        .watch(
+        .raw(
             p.as_str(),
             WatchOptions::new()
                 .with_prefix()
@@ -321,7 +325,7 @@ async fn watch_from_a_compacted_revision_is_canceled() {
 
     let (_watcher, mut stream) = client
         .watch()
-        .watch(key.as_str(), WatchOptions::new().with_start_revision(old))
+        .raw(key.as_str(), WatchOptions::new().with_start_revision(old))
         .await
         .unwrap();
     // The create is accepted, then the watch is canceled with the compaction revision, so the
@@ -336,7 +340,7 @@ async fn watch_from_a_compacted_revision_is_canceled() {
     // From the compaction revision itself the history is still there.
     let (_watcher, mut stream) = client
         .watch()
-        .watch(
+        .raw(
             key.as_str(),
             WatchOptions::new().with_start_revision(compacted),
         )
@@ -367,7 +371,7 @@ async fn large_revision_arrives_in_fragments() {
 
     let (watcher, mut stream) = client
         .watch()
-        .watch(
+        .raw(
             p.as_str(),
             WatchOptions::new()
                 .with_prefix()
@@ -426,4 +430,471 @@ async fn large_revision_arrives_in_fragments() {
     assert_eq!(whole_responses[0].events.len(), KEYS);
 
     drop(cluster);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The managed watch (`Watch::watch`) on a healthy cluster. Its behaviour under faults is in
+// tests/watch_failover.rs.
+// ---------------------------------------------------------------------------------------------
+
+/// The next batch of a managed watch, failing the test if none comes in time or it ends.
+async fn batch(stream: &mut WatchStream) -> WatchBatch {
+    timeout(RESPONSE, stream.next_batch())
+        .await
+        .expect("a batch in time")
+        .expect("the watch stays open")
+        .expect("the watch stays healthy")
+}
+
+/// Events of a managed watch until `n` arrived; fails on any other kind of batch, on
+/// revisions that do not grow, and on a batch whose revision is not its last event's.
+async fn managed_events(stream: &mut WatchStream, n: usize) -> Vec<Seen> {
+    let mut got = Vec::new();
+    let mut last = stream.revision();
+    while got.len() < n {
+        match batch(stream).await {
+            WatchBatch::Events { revision, events } => {
+                assert!(!events.is_empty());
+                let first = events[0].kv.as_ref().unwrap().mod_revision;
+                assert!(first > last, "batch from {first} after {last}");
+                assert_eq!(
+                    revision,
+                    events.last().unwrap().kv.as_ref().unwrap().mod_revision
+                );
+                last = revision;
+                assert_eq!(stream.revision(), revision);
+                got.extend(events.iter().map(seen));
+            }
+            other => panic!("expected events, got {other:?}"),
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_watch_delivers_in_order_from_now_or_from_history() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let p = format!("{}/", support::unique("managed"));
+    let (a, b) = (format!("{p}a"), format!("{p}b"));
+
+    let before = put(&client, &a, "before").await;
+    // From "now": returns once created, pinned to the revision it was created at, so the
+    // writes below are all seen and the one before is not.
+    let mut live = client
+        .watch()
+        .watch(p.as_str(), WatchOptions::new().with_prefix())
+        .await
+        .unwrap();
+    assert!(live.revision() >= before, "{} < {before}", live.revision());
+    assert!(live.endpoint().is_some());
+    let r1 = put(&client, &a, "1").await;
+    let r2 = put(&client, &b, "2").await;
+    let r3 = delete(&client, &a, false).await;
+    use EventType::{Delete, Put};
+    assert_eq!(
+        managed_events(&mut live, 3).await,
+        [
+            ev(Put, &a, "1", r1, None),
+            ev(Put, &b, "2", r2, None),
+            ev(Delete, &a, "", r3, None),
+        ]
+    );
+    assert_eq!(live.revision(), r3);
+
+    // From history, with prev_kv and a filter, on the same shared stream.
+    let mut replay = client
+        .watch()
+        .watch(
+            p.as_str(),
+            WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(before)
+                .with_prev_kv()
+                .without_deletes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(replay.revision(), before - 1);
+    assert_eq!(
+        managed_events(&mut replay, 3).await,
+        [
+            ev(Put, &a, "before", before, None),
+            ev(Put, &a, "1", r1, Some("before")),
+            ev(Put, &b, "2", r2, None),
+        ]
+    );
+    assert_eq!(client.watch().streams_opened(), 1);
+
+    // A single key; and cancel: a canceled watch is gone, the others go on.
+    let mut single = client
+        .watch()
+        .watch(b.as_str(), WatchOptions::new())
+        .await
+        .unwrap();
+    replay.cancel();
+    let r4 = put(&client, &b, "4").await;
+    assert_eq!(
+        managed_events(&mut single, 1).await,
+        [ev(Put, &b, "4", r4, None)]
+    );
+    assert_eq!(
+        managed_events(&mut live, 1).await,
+        [ev(Put, &b, "4", r4, None)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_watch_surfaces_compaction_or_reloads() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let p = format!("{}/", support::unique("mcompact"));
+    let (a, b) = (format!("{p}a"), format!("{p}b"));
+
+    let old = put(&client, &a, "1").await;
+    put(&client, &b, "2").await;
+    delete(&client, &b, false).await;
+    let compacted = put(&client, &a, "3").await;
+    client.kv().compact(compacted, true).await.unwrap();
+
+    // Without reload: the typed batch with the compaction revision, then the end.
+    let mut plain = client
+        .watch()
+        .watch(
+            p.as_str(),
+            WatchOptions::new().with_prefix().with_start_revision(old),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        batch(&mut plain).await,
+        WatchBatch::Compacted {
+            compact_revision: compacted
+        }
+    );
+    assert!(
+        timeout(RESPONSE, plain.next_batch())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // With reload: the current state at some revision, then events after it.
+    let mut reloading = client
+        .watch()
+        .watch(
+            p.as_str(),
+            WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(old)
+                .with_reload_on_compaction(),
+        )
+        .await
+        .unwrap();
+    let WatchBatch::Reloaded { revision, kvs } = batch(&mut reloading).await else {
+        panic!("expected a reload");
+    };
+    assert!(revision >= compacted, "{revision} < {compacted}");
+    let state: Vec<(String, String)> = kvs
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8(kv.key.clone()).unwrap(),
+                String::from_utf8(kv.value.clone()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(state, [(a.clone(), "3".to_owned())]);
+    assert_eq!(reloading.revision(), revision);
+    let r = put(&client, &b, "after").await;
+    assert_eq!(
+        managed_events(&mut reloading, 1).await,
+        [ev(EventType::Put, &b, "after", r, None)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_watch_reassembles_fragments() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let p = format!("{}/", support::unique("mfragment"));
+
+    // As in large_revision_arrives_in_fragments: one revision of ~3 MiB, sent in fragments.
+    const KEYS: usize = 30;
+    let value = "f".repeat(100 * 1024);
+    for i in 0..KEYS {
+        put(&client, &format!("{p}{i:02}"), &value).await;
+    }
+    let mut stream = client
+        .watch()
+        .watch(p.as_str(), WatchOptions::new().with_prefix().with_prev_kv())
+        .await
+        .unwrap();
+    let revision = delete(&client, &p, true).await;
+    let after = put(&client, &format!("{p}after"), "x").await;
+
+    // One batch for the whole revision, every event once, then the next revision.
+    let WatchBatch::Events {
+        revision: got,
+        events,
+    } = batch(&mut stream).await
+    else {
+        panic!("expected events");
+    };
+    assert_eq!(got, revision);
+    assert_eq!(events.len(), KEYS);
+    for (i, event) in events.iter().enumerate() {
+        let kv = event.kv.as_ref().unwrap();
+        assert_eq!(kv.key, format!("{p}{i:02}").into_bytes());
+        assert_eq!(kv.mod_revision, revision);
+        assert_eq!(event.prev_kv.as_ref().unwrap().value.len(), value.len());
+    }
+    let next = managed_events(&mut stream, 1).await;
+    assert_eq!(next[0].mod_revision, after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_managed_watches_share_one_stream() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let p = format!("{}/", support::unique("mshare"));
+
+    const WATCHES: usize = 50;
+    let mut streams = Vec::new();
+    for i in 0..WATCHES {
+        let stream = client
+            .watch()
+            .watch(format!("{p}{i}"), WatchOptions::new())
+            .await
+            .unwrap();
+        streams.push(stream);
+    }
+    assert_eq!(client.watch().streams_opened(), 1);
+    let endpoint = streams[0].endpoint();
+    assert!(streams.iter().all(|s| s.endpoint() == endpoint));
+
+    let mut revisions = Vec::new();
+    for i in 0..WATCHES {
+        revisions.push(put(&client, &format!("{p}{i}"), &format!("v{i}")).await);
+    }
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let got = managed_events(stream, 1).await;
+        assert_eq!(
+            got,
+            [ev(
+                EventType::Put,
+                &format!("{p}{i}"),
+                &format!("v{i}"),
+                revisions[i],
+                None
+            )]
+        );
+    }
+    assert_eq!(client.watch().streams_opened(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_is_paused_without_holding_up_the_others() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let p = format!("{}/", support::unique("mslow"));
+
+    let options = || WatchOptions::new().with_prefix();
+    let mut fast = client.watch().watch(p.as_str(), options()).await.unwrap();
+    let mut slow = client.watch().watch(p.as_str(), options()).await.unwrap();
+
+    // Many more revisions than a watch's buffer holds (128 batches), while `slow` reads
+    // nothing: the fast watch on the same stream must keep getting them as they happen.
+    const WRITES: usize = 400;
+    let writer = {
+        let client = client.clone();
+        let p = p.clone();
+        tokio::spawn(async move {
+            let mut revisions = Vec::new();
+            for i in 0..WRITES {
+                revisions.push(put(&client, &format!("{p}{}", i % 7), &format!("v{i}")).await);
+            }
+            revisions
+        })
+    };
+    let fast_events = managed_events(&mut fast, WRITES).await;
+    let revisions = writer.await.unwrap();
+    assert_eq!(
+        fast_events
+            .iter()
+            .map(|e| e.mod_revision)
+            .collect::<Vec<_>>(),
+        revisions
+    );
+
+    // The slow consumer gets every event once, in order, once it reads: its watch was
+    // paused at a full buffer and resumed from where the buffer ended.
+    let slow_events = managed_events(&mut slow, WRITES).await;
+    assert_eq!(slow_events, fast_events);
+    assert_eq!(client.watch().streams_opened(), 1);
+    // Nothing more is owed.
+    let last = put(&client, &format!("{p}last"), "x").await;
+    assert_eq!(managed_events(&mut slow, 1).await[0].mod_revision, last);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_is_reported_only_when_it_is_true() {
+    // Server-side per-watch progress notifications every second (etcd's default is 10 min).
+    let cluster = etcd_ha::testkit::Cluster::builder()
+        .members(3)
+        .arg("--experimental-watch-progress-notify-interval=1s")
+        .start()
+        .await
+        .expect("start a 3-member etcd cluster");
+    cluster.leader(support::READY).await.unwrap();
+    let client = support::client(&cluster).await;
+    let p = format!("{}/", support::unique("mprogress"));
+    let elsewhere = support::unique("mprogress-elsewhere");
+
+    let mut stream = client
+        .watch()
+        .watch(
+            p.as_str(),
+            WatchOptions::new().with_prefix().with_progress_notify(),
+        )
+        .await
+        .unwrap();
+    let created = stream.revision();
+    // Writes in and out of the range for 4 s; collect whatever arrives meanwhile.
+    let writer = {
+        let client = client.clone();
+        let (p, elsewhere) = (p.clone(), elsewhere.clone());
+        tokio::spawn(async move {
+            let mut inside = Vec::new();
+            let until = tokio::time::Instant::now() + Duration::from_secs(4);
+            let mut i = 0;
+            while tokio::time::Instant::now() < until {
+                if i % 4 == 0 {
+                    inside.push(put(&client, &format!("{p}k"), &format!("v{i}")).await);
+                } else {
+                    put(&client, &elsewhere, &format!("v{i}")).await;
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // Idle range, busy store: progress must run ahead of the last event.
+            let mut last = 0;
+            for j in 0..20 {
+                last = put(&client, &elsewhere, &format!("idle{j}")).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (inside, last)
+        })
+    };
+    let mut events = Vec::new();
+    let mut progress = Vec::new();
+    let (inside, last_elsewhere) = loop {
+        match timeout(Duration::from_millis(200), stream.next_batch()).await {
+            Ok(Some(Ok(WatchBatch::Events { events: evs, .. }))) => {
+                for e in &evs {
+                    let r = e.kv.as_ref().unwrap().mod_revision;
+                    // Progress promised every event up to its revision: none may come later.
+                    assert!(
+                        progress.iter().all(|p| r > *p),
+                        "event at {r} after progress {progress:?}"
+                    );
+                    events.push(r);
+                }
+            }
+            Ok(Some(Ok(WatchBatch::Progress { revision }))) => {
+                assert_eq!(stream.revision(), revision);
+                assert!(
+                    progress.iter().all(|p| revision > *p),
+                    "{progress:?} then {revision}"
+                );
+                progress.push(revision);
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) if writer.is_finished() => break writer.await.unwrap(),
+            Err(_) => {}
+        }
+    };
+    // Drain what is still on the way, then wait for a progress past the idle writes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while progress.last().is_none_or(|p| *p < last_elsewhere) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no progress past {last_elsewhere}: {progress:?}"
+        );
+        match batch(&mut stream).await {
+            WatchBatch::Events { events: evs, .. } => {
+                for e in &evs {
+                    let r = e.kv.as_ref().unwrap().mod_revision;
+                    assert!(progress.iter().all(|p| r > *p));
+                    events.push(r);
+                }
+            }
+            WatchBatch::Progress { revision } => progress.push(revision),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(events, inside, "every event once, in order");
+    assert!(progress[0] > created);
+    assert_eq!(stream.revision(), *progress.last().unwrap());
+    eprintln!(
+        "progress reports: {} (last {}), {} events",
+        progress.len(),
+        progress.last().unwrap(),
+        events.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_watch_fails_alone_with_a_typed_error() {
+    support::init_tracing();
+    let cluster = etcd_ha::testkit::Cluster::builder()
+        .members(1)
+        .auth("root", "root-pw")
+        .arg("--bcrypt-cost=4")
+        .start()
+        .await
+        .expect("start an etcd with auth");
+    cluster.leader(support::READY).await.unwrap();
+    let root = support::client(&cluster).await;
+    let admin = root.auth();
+    admin.user_add("reader", "reader-pw").await.unwrap();
+    admin.role_add("pub-reader").await.unwrap();
+    admin
+        .role_grant_permission(
+            "pub-reader",
+            etcd_ha::PermissionType::Read,
+            "pub/",
+            Some(etcd_ha::prefix_end(b"pub/")),
+        )
+        .await
+        .unwrap();
+    admin.user_grant_role("reader", "pub-reader").await.unwrap();
+
+    let reader = Client::connect(
+        cluster.endpoints(),
+        etcd_ha::Options::new().with_user("reader", "reader-pw"),
+    )
+    .await
+    .unwrap();
+    let mut allowed = reader
+        .watch()
+        .watch("pub/", WatchOptions::new().with_prefix())
+        .await
+        .unwrap();
+    // The server refuses this create on the shared stream: the call fails, typed.
+    let refused = reader
+        .watch()
+        .watch("private/", WatchOptions::new().with_prefix())
+        .await;
+    assert!(
+        matches!(refused, Err(etcd_ha::Error::PermissionDenied)),
+        "{refused:?}"
+    );
+    // The other watch on the stream goes on.
+    let r = put(&root, "pub/a", "1").await;
+    assert_eq!(
+        managed_events(&mut allowed, 1).await,
+        [ev(EventType::Put, "pub/a", "1", r, None)]
+    );
+    assert_eq!(reader.watch().streams_opened(), 1);
 }

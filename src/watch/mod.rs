@@ -1,9 +1,26 @@
-//! The Watch service as the raw bidirectional stream: create, cancel and progress requests in,
-//! watch responses out.
+//! The Watch service: the managed watch ([`Watch::watch`]: shared stream, failover, exact
+//! resume) and the raw bidirectional stream ([`Watch::raw`], [`Watch::open`]: create, cancel
+//! and progress requests in, watch responses out).
+//!
+//! The files: `managed.rs` is what the caller holds ([`WatchStream`], [`WatchBatch`]);
+//! `hub.rs` the task that owns the shared stream; `resume.rs` where a watch resumes (pure);
+//! `progress.rs` the liveness and progress rules (pure). This file is the service and the
+//! options.
+
+mod calls;
+mod dispatch;
+mod hub;
+mod link;
+mod managed;
+mod progress;
+mod resume;
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+
+pub(crate) use hub::Hub;
+pub use managed::{WatchBatch, WatchStream};
 
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
@@ -16,15 +33,19 @@ use crate::transport::{Deadline, Target, Transport};
 
 /// The Watch service. Get one with [`Client::watch`](crate::Client::watch).
 ///
-/// This is the raw stream: it does not reconnect or resume by itself.
+/// [`watch`](Self::watch) is the managed watch: it survives member failures and delivers every
+/// event exactly once. [`raw`](Self::raw) and [`open`](Self::open) are the bare gRPC stream,
+/// which does not reconnect or resume by itself.
 ///
 /// ```no_run
 /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-/// use etcd_ha::WatchOptions;
-/// let (watcher, mut responses) = client.watch().watch("jobs/", WatchOptions::new().with_prefix()).await?;
-/// while let Some(resp) = responses.message().await? {
-///     for event in resp.events {
-///         println!("{:?} {:?}", event.r#type(), event.kv);
+/// use etcd_ha::{WatchBatch, WatchOptions};
+/// let mut jobs = client.watch().watch("jobs/", WatchOptions::new().with_prefix()).await?;
+/// while let Some(batch) = jobs.next_batch().await {
+///     if let WatchBatch::Events { events, .. } = batch? {
+///         for event in events {
+///             println!("{:?} {:?}", event.r#type(), event.kv);
+///         }
 ///     }
 /// }
 /// # Ok(())
@@ -40,12 +61,72 @@ impl Watch {
         Watch { transport }
     }
 
-    /// Open a watch stream with a first watch on `key`. More watches can share the stream
-    /// through the returned [`Watcher`].
+    /// Watch `key` (with `options`): a managed watch that survives member failures.
+    ///
+    /// Returns once the server created the watch, so a write made after this returns is seen
+    /// (a watch from "now" is pinned to the revision it was created at); gives up with
+    /// [`Error::Timeout`] after the client's request timeout.
+    ///
+    /// # What it guarantees
+    ///
+    /// Every event in the watched range after the start revision is delivered exactly once, in
+    /// revision order, across any failover, as long as the history it needs is not compacted
+    /// away (then [`WatchBatch::Compacted`], or [`WatchBatch::Reloaded`] with
+    /// [`WatchOptions::with_reload_on_compaction`]). A revision's events are never split
+    /// across batches: fragmented responses are reassembled.
+    ///
+    /// # How
+    ///
+    /// All managed watches of a [`Client`](crate::Client) share one gRPC stream, owned by one
+    /// background task. The stream is opened like any watch (spread over healthy members,
+    /// with require-leader unless the client turned it off, so a member that lost its leader
+    /// cancels it within a few seconds). The task asks for progress every second; a stream
+    /// that says nothing at all for 3 s (a frozen or black-holed member, which never cancels
+    /// anything) is dead. When the stream fails, falls silent, is refused for lack of a
+    /// leader, or its member is ejected by the client's probes, the member is reported to the
+    /// balancer and every watch is created again on a new stream on another member, from the
+    /// revision after the last one it handed over (a watch from "now" from the revision after
+    /// its creation). Events at or below that revision are dropped should the server send
+    /// them again.
+    ///
+    /// # Backpressure
+    ///
+    /// Each watch has a bounded buffer (128 batches). The task never waits for a consumer:
+    /// when a watch's buffer is full, that watch alone is canceled on the server and resumed
+    /// from its last buffered revision once its consumer has drained half the buffer. Other
+    /// watches on the stream are not held up; the slow one replays from history, so if its
+    /// consumer stays away past a compaction it gets [`WatchBatch::Compacted`] (or a reload).
+    ///
+    /// # Progress
+    ///
+    /// With [`WatchOptions::with_progress_notify`], [`WatchBatch::Progress`] reports that
+    /// every event up to a revision has been delivered. It comes from the server's own
+    /// per-watch notifications (every 10 minutes by default; etcd's
+    /// `--experimental-watch-progress-notify-interval`), which are ordered after the watch's
+    /// events on every version, and from the answers to the task's progress requests on
+    /// members whose version orders them after pending events (etcd 3.4.25+, 3.5.8+, 3.6+);
+    /// on older members those answers can overtake events (etcd#15220) and only serve as a
+    /// sign of life. A progress is delivered only when it is newer than what was delivered.
+    ///
+    /// # Options
+    ///
+    /// Every [`WatchOptions`] applies except [`with_watch_id`](WatchOptions::with_watch_id)
+    /// (the task chooses ids on the shared stream) and
+    /// [`with_fragment`](WatchOptions::with_fragment) (always on; fragments are reassembled).
     ///
     /// ```no_run
-    /// # async fn demo(watch: etcd_ha::Watch) -> etcd_ha::Result<()> {
-    /// let (watcher, responses) = watch.watch("k", etcd_ha::WatchOptions::new().with_start_revision(1)).await?;
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use etcd_ha::{WatchBatch, WatchOptions};
+    ///
+    /// let options = WatchOptions::new().with_prefix().with_reload_on_compaction();
+    /// let mut config = client.watch().watch("config/", options).await?;
+    /// while let Some(batch) = config.next_batch().await {
+    ///     match batch? {
+    ///         WatchBatch::Events { events, .. } => println!("{} changes", events.len()),
+    ///         WatchBatch::Reloaded { kvs, .. } => println!("history compacted; {} keys now", kvs.len()),
+    ///         _ => {}
+    ///     }
+    /// }
     /// # Ok(())
     /// # }
     /// ```
@@ -53,11 +134,48 @@ impl Watch {
         &self,
         key: impl Into<Vec<u8>>,
         options: WatchOptions,
+    ) -> Result<WatchStream> {
+        let reload = options.reload_on_compaction;
+        let mut create = options.create_request(key.into());
+        create.watch_id = 0;
+        create.fragment = true;
+        Hub::of(&self.transport)
+            .watch(create, reload, self.transport.options.request_timeout)
+            .await
+    }
+
+    /// How many streams the managed watches of this client have opened (one, unless
+    /// failures forced reopening). For tests.
+    #[doc(hidden)]
+    pub fn streams_opened(&self) -> u64 {
+        self.transport
+            .watch_hub
+            .get()
+            .map_or(0, |hub| hub.streams_opened())
+    }
+
+    /// Open a raw watch stream with a first watch on `key`. More watches can share the stream
+    /// through the returned [`Watcher`]. The stream does not reconnect or resume by itself;
+    /// see [`watch`](Self::watch) for one that does.
+    ///
+    /// ```no_run
+    /// # async fn demo(watch: etcd_ha::Watch) -> etcd_ha::Result<()> {
+    /// let (watcher, mut responses) = watch.raw("k", etcd_ha::WatchOptions::new().with_start_revision(1)).await?;
+    /// while let Some(resp) = responses.message().await? {
+    ///     println!("{} events for watch {}", resp.events.len(), resp.watch_id);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn raw(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: WatchOptions,
     ) -> Result<(Watcher, ResponseStream<WatchResponse>)> {
         self.open(options.into_request(key.into())).await
     }
 
-    /// Open a watch stream whose first request is `first`.
+    /// Open a raw watch stream whose first request is `first`.
     ///
     /// ```no_run
     /// # async fn demo(watch: etcd_ha::Watch) -> etcd_ha::Result<()> {
@@ -127,7 +245,7 @@ impl Watcher {
     }
 
     /// Ask for a progress notification: a response with no events, watch id -1 and the
-    /// current revision. etcd 3.4.24+ and 3.5.8+ send it once every watch on the stream has
+    /// current revision. etcd 3.4.25+ and 3.5.8+ send it once every watch on the stream has
     /// caught up; older servers (3.4.23, 3.5.1 included) answer at once, possibly ahead of
     /// events still queued for a watch (etcd-io/etcd#15220).
     ///
@@ -172,6 +290,8 @@ pub struct WatchOptions {
     create: WatchCreateRequest,
     prefix: bool,
     from_key: bool,
+    /// Managed watch only: reload the range instead of ending on compaction.
+    reload_on_compaction: bool,
 }
 
 impl WatchOptions {
@@ -285,12 +405,31 @@ impl WatchOptions {
         self
     }
 
+    /// Managed watch ([`Watch::watch`]) only: when the history the watch needs was compacted
+    /// away, read the current state of the range and continue from there
+    /// ([`WatchBatch::Reloaded`], then events after its revision) instead of ending with
+    /// [`WatchBatch::Compacted`].
+    ///
+    /// ```
+    /// let o = etcd_ha::WatchOptions::new().with_prefix().with_reload_on_compaction();
+    /// ```
+    pub fn with_reload_on_compaction(mut self) -> Self {
+        self.reload_on_compaction = true;
+        self
+    }
+
     /// The create request these options make for `key`.
     ///
     /// ```
     /// let req = etcd_ha::WatchOptions::new().with_prefix().into_request(b"a".to_vec());
     /// ```
     pub fn into_request(self, key: Vec<u8>) -> WatchRequest {
+        WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(self.create_request(key))),
+        }
+    }
+
+    fn create_request(self, key: Vec<u8>) -> WatchCreateRequest {
         let mut create = self.create;
         if self.prefix {
             create.range_end = crate::kv::prefix_end(&key);
@@ -298,8 +437,6 @@ impl WatchOptions {
             create.range_end = vec![0];
         }
         create.key = key;
-        WatchRequest {
-            request_union: Some(RequestUnion::CreateRequest(create)),
-        }
+        create
     }
 }

@@ -1,0 +1,662 @@
+//! The lease keeper: keeps any number of leases alive over one keep-alive stream and says, for
+//! each, the moment it can no longer be trusted.
+//!
+//! How it keeps a lease and when one counts as lost is told on [`Keeper`], for users. The files:
+//! `state.rs` is the bookkeeping (no IO, tested with paused time), `task.rs` the task that
+//! drives it with the stream, this file the handles.
+
+mod state;
+mod task;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::transport::Transport;
+use state::{Lost, View};
+use task::{Command, KeeperTask};
+
+/// Keeps leases alive: any number of them, over one keep-alive stream, renewing each at a third
+/// of its TTL and failing over to another member at once when the stream breaks.
+///
+/// Get the client's shared keeper with [`Client::keeper`](crate::Client::keeper); clones share
+/// it.
+///
+/// # How it keeps a lease
+///
+/// One background task per [`Client`](crate::Client) owns one `LeaseKeepAlive` stream
+/// (leader-routed, with require-leader, so a member cut off from the leader refuses it instead
+/// of hanging). Each lease is renewed a third of its TTL after the send time of its last
+/// answered renewal, one request in flight at a time. When the stream fails, stays silent with
+/// a renewal owed for longer than a third of the shortest TTL, or its member is ejected, the
+/// task tells the transport (so the member is avoided), opens a new stream on another member
+/// and renews **every** lease at once: not after the next TTL/3, the trap etcd's Go client fell
+/// into (etcd#7357).
+///
+/// # When a lease counts as lost
+///
+/// A lease's local expiry is *the send time of its last answered renewal + its TTL*. The server
+/// renews after we send, so this is never later than the server's own expiry (a leader change
+/// only extends the server's side). [`KeptLease::lost`] completes at that instant if no renewal
+/// came in time, or as soon as the server answers that the lease is gone (`ttl <= 0`: it
+/// expired or was revoked). A lost lease is no longer renewed. Holders of a lock or leadership
+/// should stop acting on it when `lost` completes: until then the lease cannot have expired on
+/// the server (as long as both clocks run at the same rate).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+/// use std::time::Duration;
+///
+/// let lease = client.keeper().grant(Duration::from_secs(5)).await?;
+/// client
+///     .kv()
+///     .put("workers/me", "alive", etcd_ha::PutOptions::new().with_lease(lease.id()))
+///     .await?;
+/// // ... work while the lease is kept; stop when it is lost.
+/// lease.lost().await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Keeper {
+    shared: Arc<Shared>,
+}
+
+/// What the keeper's handles and its task share.
+struct Shared {
+    /// Weak: the keeper lives inside the client's transport and must not keep it alive.
+    transport: Weak<Transport>,
+    /// The running task's command sender; `None` while no task runs. Senders and the task's
+    /// exit handshake take this lock, so a command never lands in a stopping task.
+    task: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+    /// Lease id -> its registration, so that keeping a lease twice shares one renewal.
+    kept: Mutex<HashMap<i64, (u64, Weak<Handle>)>>,
+    /// Tells registrations of the same lease id apart.
+    next_generation: AtomicU64,
+    /// Keep-alive streams opened so far (one, unless failures forced reopening).
+    streams_opened: AtomicU64,
+    /// URL of the member serving the stream now, for tests and debugging.
+    stream_endpoint: Mutex<Option<Arc<str>>>,
+}
+
+impl Keeper {
+    pub(crate) fn new(transport: Weak<Transport>) -> Keeper {
+        Keeper {
+            shared: Arc::new(Shared {
+                transport,
+                task: Mutex::new(None),
+                kept: Mutex::new(HashMap::new()),
+                next_generation: AtomicU64::new(1),
+                streams_opened: AtomicU64::new(0),
+                stream_endpoint: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Grant a lease of `ttl` (rounded up to whole seconds; etcd may raise it to its minimum,
+    /// 2 s with default timing) and keep it alive.
+    ///
+    /// Its first local expiry counts from the moment the grant was sent.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let lease = client.keeper().grant(std::time::Duration::from_secs(10)).await?;
+    /// println!("lease {:x}, ttl {:?}", lease.id(), lease.ttl());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn grant(&self, ttl: Duration) -> Result<KeptLease> {
+        let transport = self.shared.transport()?;
+        let sent = Instant::now();
+        let granted = Lease::new(transport)
+            .grant(whole_seconds(ttl), None)
+            .await?;
+        let ttl = Duration::from_secs(granted.ttl.max(1).unsigned_abs());
+        let view = View {
+            ttl,
+            expires_at: sent + ttl,
+            confirmed: true,
+            renewals: 0,
+            lost: None,
+        };
+        let mut kept = self.shared.lock_kept();
+        let handle = self
+            .shared
+            .register(&mut kept, granted.id, view, sent + ttl / 3)?;
+        Ok(KeptLease { handle })
+    }
+
+    /// Keep an existing lease alive; `ttl` is its granted TTL.
+    ///
+    /// Renews it at once and returns after the server's answer, from which the local expiry
+    /// counts (and whose TTL replaces `ttl`). Waits for that answer at most `ttl` or the
+    /// request timeout, whichever is shorter. Keeping a lease that is already kept returns
+    /// another handle on the same renewal.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseNotFound`] if the lease expired or was revoked; [`Error::Timeout`] if no
+    /// answer came in time; [`Error::Shutdown`] if the client is gone.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use std::time::Duration;
+    /// let id = client.lease().grant(30, None).await?.id;
+    /// let lease = client.keeper().keep(id, Duration::from_secs(30)).await?;
+    /// assert!(!lease.is_expired());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn keep(&self, lease_id: i64, ttl: Duration) -> Result<KeptLease> {
+        let handle = {
+            let mut kept = self.shared.lock_kept();
+            let existing = kept
+                .get(&lease_id)
+                .and_then(|(_, weak)| weak.upgrade())
+                .filter(|h| !h.view.borrow().is_lost(Instant::now()));
+            match existing {
+                Some(handle) => handle,
+                None => {
+                    let transport = self.shared.transport()?;
+                    let wait = transport
+                        .options
+                        .request_timeout
+                        .map_or(ttl, |t| t.min(ttl));
+                    drop(transport);
+                    let now = Instant::now();
+                    let view = View {
+                        ttl,
+                        expires_at: now + wait,
+                        confirmed: false,
+                        renewals: 0,
+                        lost: None,
+                    };
+                    self.shared.register(&mut kept, lease_id, view, now)?
+                }
+            }
+        };
+        handle.confirmed().await?;
+        Ok(KeptLease { handle })
+    }
+
+    /// How many keep-alive streams this keeper has opened (for tests: one, unless failures
+    /// forced it to reopen).
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// assert!(client.keeper().streams_opened() <= 1);
+    /// # }
+    /// ```
+    #[doc(hidden)]
+    pub fn streams_opened(&self) -> u64 {
+        self.shared.streams_opened.load(Ordering::Relaxed)
+    }
+
+    /// The endpoint URL of the member serving the keep-alive stream now, if one is open (for
+    /// tests: which member to fail).
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// println!("keep-alives go to {:?}", client.keeper().stream_endpoint());
+    /// # }
+    /// ```
+    #[doc(hidden)]
+    pub fn stream_endpoint(&self) -> Option<String> {
+        self.shared
+            .lock_stream_endpoint()
+            .as_deref()
+            .map(str::to_owned)
+    }
+}
+
+impl fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keeper")
+            .field(
+                "leases",
+                &self
+                    .shared
+                    .lock_kept()
+                    .values()
+                    .filter(|(_, weak)| weak.strong_count() > 0)
+                    .count(),
+            )
+            .field("streams_opened", &self.streams_opened())
+            .finish()
+    }
+}
+
+impl Shared {
+    fn transport(&self) -> Result<Arc<Transport>> {
+        self.transport.upgrade().ok_or(Error::Shutdown)
+    }
+
+    fn lock_kept(&self) -> MutexGuard<'_, HashMap<i64, (u64, Weak<Handle>)>> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_stream_endpoint(&self) -> MutexGuard<'_, Option<Arc<str>>> {
+        self.stream_endpoint
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record which member serves the stream (`None`: no stream).
+    fn set_stream_endpoint(&self, url: Option<Arc<str>>) {
+        *self.lock_stream_endpoint() = url;
+    }
+
+    fn lock_task(&self) -> MutexGuard<'_, Option<mpsc::UnboundedSender<Command>>> {
+        self.task.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new registration of `id`, handed to the task; replaces an older one in `kept`.
+    fn register(
+        self: &Arc<Self>,
+        kept: &mut HashMap<i64, (u64, Weak<Handle>)>,
+        id: i64,
+        view: View,
+        next_renewal: Instant,
+    ) -> Result<Arc<Handle>> {
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = watch::channel(view);
+        let handle = Arc::new(Handle {
+            id,
+            generation,
+            view: rx,
+            shared: self.clone(),
+        });
+        self.send(Command::Keep {
+            id,
+            generation,
+            view: tx,
+            next_renewal,
+        })?;
+        // Dropped handles leave their entries behind (see `forget`): sweep them here.
+        kept.retain(|_, (_, weak)| weak.strong_count() > 0);
+        kept.insert(id, (generation, Arc::downgrade(&handle)));
+        Ok(handle)
+    }
+
+    /// Stop renewing registration `generation` of `id` (by [`KeptLease::stop`]): a later
+    /// `keep` of the id makes a new registration.
+    fn stop(&self, id: i64, generation: u64) {
+        {
+            let mut kept = self.lock_kept();
+            if kept.get(&id).is_some_and(|(g, _)| *g == generation) {
+                kept.remove(&id);
+            }
+        }
+        self.forget(id, generation);
+    }
+
+    /// Tell the task to stop renewing registration `generation` of `id`. Takes no lock but the
+    /// task slot's: it runs when a handle drops, which may happen under the `kept` lock.
+    fn forget(&self, id: i64, generation: u64) {
+        // No task means nothing is renewed: nothing to stop.
+        let _ = self.send_if_running(Command::Forget { id, generation });
+    }
+
+    /// Hand `command` to the running task; gives it back if none runs.
+    fn send_if_running(&self, command: Command) -> std::result::Result<(), Command> {
+        let slot = self.lock_task();
+        match slot.as_ref() {
+            Some(tx) => tx.send(command).map_err(|e| e.0),
+            None => Err(command),
+        }
+    }
+
+    /// Hand `command` to the task, starting one if none runs (it stops when nothing is kept).
+    fn send(self: &Arc<Self>, command: Command) -> Result<()> {
+        let mut slot = self.lock_task();
+        let command = match slot.as_ref() {
+            Some(tx) => match tx.send(command) {
+                Ok(()) => return Ok(()),
+                // It stopped without clearing the slot (the client went away).
+                Err(e) => e.0,
+            },
+            None => command,
+        };
+        let transport = self.transport()?;
+        if transport.cancel.is_cancelled() {
+            return Err(Error::Shutdown);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Cannot fail: the receiver is right here.
+        let _ = tx.send(command);
+        let task = KeeperTask::new(self.clone(), &transport, rx);
+        tokio::spawn(
+            task.run()
+                .instrument(tracing::info_span!("etcd_ha_lease_keeper")),
+        );
+        *slot = Some(tx);
+        Ok(())
+    }
+}
+
+/// One registration of a kept lease; renewal stops when the last [`KeptLease`] clone drops it.
+struct Handle {
+    id: i64,
+    generation: u64,
+    /// What the task publishes about the lease.
+    view: watch::Receiver<View>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.forget(self.id, self.generation);
+    }
+}
+
+impl Handle {
+    /// Wait for the lease's first answer (a lease kept by id), bounded by its wait bound.
+    async fn confirmed(&self) -> Result<()> {
+        let mut view = self.view.clone();
+        loop {
+            let deadline = {
+                let v = view.borrow_and_update();
+                match v.lost {
+                    Some(Lost::Gone) => return Err(Error::LeaseNotFound),
+                    Some(Lost::Expired) => return Err(Error::Timeout),
+                    None if v.is_lost(Instant::now()) => return Err(Error::Timeout),
+                    None if v.confirmed => return Ok(()),
+                    None => v.expires_at,
+                }
+            };
+            tokio::select! {
+                // Past the wait bound: the loop says so.
+                () = tokio::time::sleep_until(deadline) => {}
+                changed = view.changed() => {
+                    if changed.is_err() {
+                        // The task dropped the lease without an answer: the client went away.
+                        return Err(Error::Shutdown);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A lease the [`Keeper`] renews. Clones share it; dropping the last clone stops renewing (it
+/// does not revoke: the lease then expires after its TTL).
+///
+/// ```no_run
+/// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+/// let lease = client.keeper().grant(std::time::Duration::from_secs(5)).await?;
+/// tokio::select! {
+///     () = lease.lost() => println!("lease {:x} lost; stop acting on it", lease.id()),
+///     () = tokio::time::sleep(std::time::Duration::from_secs(60)) => lease.stop(),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct KeptLease {
+    handle: Arc<Handle>,
+}
+
+impl KeptLease {
+    /// The lease id.
+    ///
+    /// ```no_run
+    /// # fn demo(lease: etcd_ha::KeptLease) {
+    /// let opts = etcd_ha::PutOptions::new().with_lease(lease.id());
+    /// # }
+    /// ```
+    pub fn id(&self) -> i64 {
+        self.handle.id
+    }
+
+    /// The TTL the server granted.
+    ///
+    /// ```no_run
+    /// # fn demo(lease: etcd_ha::KeptLease) {
+    /// println!("renewed every {:?}", lease.ttl() / 3);
+    /// # }
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        self.handle.view.borrow().ttl
+    }
+
+    /// The conservative local expiry: send time of the last renewal that got an answer (or
+    /// of the grant) + TTL. The server's expiry is never earlier. Final once the lease is lost.
+    ///
+    /// ```no_run
+    /// # fn demo(lease: etcd_ha::KeptLease) {
+    /// let left = lease.expires_at().saturating_duration_since(tokio::time::Instant::now());
+    /// println!("safe for another {left:?} even if no renewal gets through");
+    /// # }
+    /// ```
+    pub fn expires_at(&self) -> Instant {
+        self.handle.view.borrow().expires_at
+    }
+
+    /// Whether the lease is lost: the server said it is gone, or its local expiry passed.
+    ///
+    /// ```no_run
+    /// # fn demo(lease: etcd_ha::KeptLease) {
+    /// if lease.is_expired() {
+    ///     println!("no longer the holder");
+    /// }
+    /// # }
+    /// ```
+    pub fn is_expired(&self) -> bool {
+        let view = self.handle.view.borrow();
+        // The clock is read while the view is borrowed: see the keeper's state docs.
+        view.is_lost(Instant::now())
+    }
+
+    /// Completes when the lease is lost: at its local expiry if no renewal came in time
+    /// (even if the client is gone by then), or as soon as the server answers that it expired
+    /// or was revoked. Never completes while the lease is kept alive. Any number of tasks may
+    /// wait on it.
+    ///
+    /// After [`stop`](Self::stop), nothing renews the lease, so this completes at its local
+    /// expiry.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: etcd_ha::KeptLease) {
+    /// lease.lost().await;
+    /// println!("lease {:x} lost", lease.id());
+    /// # }
+    /// ```
+    pub async fn lost(&self) {
+        let mut view = self.handle.view.clone();
+        loop {
+            let expires_at = {
+                let v = view.borrow_and_update();
+                if v.is_lost(Instant::now()) {
+                    return;
+                }
+                v.expires_at
+            };
+            tokio::select! {
+                // The local expiry, kept by this waiter itself: it holds even if the keeper
+                // task is gone.
+                () = tokio::time::sleep_until(expires_at) => {}
+                changed = view.changed() => {
+                    if changed.is_err() {
+                        // Nothing will renew the lease any more: it is lost at its expiry.
+                        tokio::time::sleep_until(expires_at).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stop renewing the lease, for every clone (it is not revoked; it expires after its TTL,
+    /// which [`lost`](Self::lost) then reports).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client, lease: etcd_ha::KeptLease) -> etcd_ha::Result<()> {
+    /// lease.stop();
+    /// client.lease().revoke(lease.id()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stop(&self) {
+        self.handle
+            .shared
+            .stop(self.handle.id, self.handle.generation);
+    }
+
+    /// Renewals answered so far (for tests).
+    ///
+    /// ```no_run
+    /// # fn demo(lease: etcd_ha::KeptLease) {
+    /// println!("renewed {} times", lease.renewals());
+    /// # }
+    /// ```
+    #[doc(hidden)]
+    pub fn renewals(&self) -> u64 {
+        self.handle.view.borrow().renewals
+    }
+}
+
+impl fmt::Debug for KeptLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let view = *self.handle.view.borrow();
+        f.debug_struct("KeptLease")
+            .field("id", &format_args!("{:x}", self.handle.id))
+            .field("ttl", &view.ttl)
+            .field("expires_at", &view.expires_at)
+            .field("lost", &view.lost)
+            .finish()
+    }
+}
+
+/// `ttl` in whole seconds, rounded up, at least 1 (etcd leases have second granularity).
+fn whole_seconds(ttl: Duration) -> i64 {
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handle on a lease the test controls through the returned sender; no task, no client.
+    fn handle(view: View) -> (KeptLease, watch::Sender<View>) {
+        let (tx, rx) = watch::channel(view);
+        let shared = Arc::new(Shared {
+            transport: Weak::new(),
+            task: Mutex::new(None),
+            kept: Mutex::new(HashMap::new()),
+            next_generation: AtomicU64::new(1),
+            streams_opened: AtomicU64::new(0),
+            stream_endpoint: Mutex::new(None),
+        });
+        let handle = Arc::new(Handle {
+            id: 1,
+            generation: 1,
+            view: rx,
+            shared,
+        });
+        (KeptLease { handle }, tx)
+    }
+
+    fn view(expires_in: Duration) -> View {
+        View {
+            ttl: Duration::from_secs(6),
+            expires_at: Instant::now() + expires_in,
+            confirmed: true,
+            renewals: 0,
+            lost: None,
+        }
+    }
+
+    #[test]
+    fn ttl_rounds_up_to_whole_seconds() {
+        assert_eq!(whole_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(whole_seconds(Duration::ZERO), 1);
+        assert_eq!(whole_seconds(Duration::from_secs(5)), 5);
+        assert_eq!(whole_seconds(Duration::from_millis(5001)), 6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_exactly_at_the_local_expiry() {
+        let (lease, _tx) = handle(view(Duration::from_secs(6)));
+        let expires = lease.expires_at();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let lease = lease.clone();
+                tokio::spawn(async move {
+                    lease.lost().await;
+                    Instant::now()
+                })
+            })
+            .collect();
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), expires);
+        }
+        assert!(lease.is_expired());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_moves_the_waiters_on() {
+        let (lease, tx) = handle(view(Duration::from_secs(6)));
+        let waiter = tokio::spawn({
+            let lease = lease.clone();
+            async move {
+                lease.lost().await;
+                Instant::now()
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let renewed = Instant::now() + Duration::from_secs(6);
+        tx.send_modify(|v| v.expires_at = renewed);
+        assert_eq!(waiter.await.unwrap(), renewed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gone_fires_at_once_and_a_dropped_task_still_expires() {
+        let (lease, tx) = handle(view(Duration::from_secs(6)));
+        let start = Instant::now();
+        tx.send_modify(|v| v.lost = Some(Lost::Gone));
+        lease.lost().await;
+        assert_eq!(Instant::now(), start);
+
+        // The task gone (sender dropped) without a verdict: lost at the expiry all the same.
+        let (lease, tx) = handle(view(Duration::from_secs(6)));
+        drop(tx);
+        lease.lost().await;
+        assert_eq!(Instant::now(), start + Duration::from_secs(6));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keep_waits_for_the_first_answer_within_its_bound() {
+        let mut unconfirmed = view(Duration::from_secs(5));
+        unconfirmed.confirmed = false;
+        let (lease, tx) = handle(unconfirmed);
+        let answer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send_modify(|v| v.confirmed = true);
+            tx
+        });
+        lease.handle.confirmed().await.unwrap();
+        let _tx = answer.await.unwrap();
+
+        let (lease, _tx) = handle(unconfirmed);
+        assert!(matches!(
+            lease.handle.confirmed().await,
+            Err(Error::Timeout)
+        ));
+        let (lease, tx) = handle(unconfirmed);
+        tx.send_modify(|v| v.lost = Some(Lost::Gone));
+        assert!(matches!(
+            lease.handle.confirmed().await,
+            Err(Error::LeaseNotFound)
+        ));
+    }
+}

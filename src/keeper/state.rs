@@ -1,0 +1,557 @@
+//! The lease keeper's bookkeeping, with no IO: when each lease is due for renewal, what an
+//! answer does to its local expiry, when the keep-alive stream has gone silent, and when a
+//! lease is lost.
+//!
+//! One lease, on one stream:
+//!
+//! ```text
+//!              renewal due (after the last answer: sent_at + TTL/3;
+//!              after a stream failure: at once)
+//!   +------+ ------------------------------------------> +-----------+
+//!   | idle |                                             | in flight |  one request, sent_at
+//!   +------+ <------------------------------------------ +-----------+
+//!      |      answer ttl > 0: expires_at = sent_at + ttl      |
+//!      |                                                      | answer ttl <= 0: lost (gone)
+//!      +------ now >= expires_at, no renewal in time ---------+-----> lost (expired)
+//! ```
+//!
+//! # Why expiry counts from the send time
+//!
+//! The server renews a lease when the leader processes the keep-alive: *after* we sent it, so
+//! `sent_at + ttl` is never later than the server's expiry, whatever the network delay (a
+//! leader change only adds to the server's side: the new leader extends every lease by an
+//! election timeout). Counting from the answer's arrival instead would be late by the answer's
+//! whole round trip, and a holder could act on a lease the server has already dropped. This is
+//! PD's `start + TTL` rule.
+//!
+//! # Why the decision is taken under the channel's lock
+//!
+//! Handles read a lease's [`View`] and the clock to say "lost"; the task writes the view. An
+//! answer that arrives just after the local expiry must not bring the lease back for a reader
+//! that already saw it expire, so [`Table::answered`] reads the clock inside the watch channel's
+//! write lock: any reader that saw `now >= expires_at` did so before that write, with an
+//! earlier clock, and the task then sees the expiry too and marks the lease lost.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Why a lease is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lost {
+    /// The server answered `ttl <= 0`: it expired or was revoked there.
+    Gone,
+    /// Its local expiry passed without a renewal.
+    Expired,
+}
+
+/// What handles see of one lease; written only by the keeper task (through [`Table`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct View {
+    /// The TTL the server granted (the last answer's), or the caller's guess before that.
+    pub(crate) ttl: Duration,
+    /// Conservative local expiry: send time of the last answered renewal + `ttl`.
+    pub(crate) expires_at: Instant,
+    /// Whether `expires_at` is real (a grant or a keep-alive answer set it). A lease kept by id
+    /// starts unconfirmed: `expires_at` is then only how long `keep` waits for the first answer.
+    pub(crate) confirmed: bool,
+    /// Answers with `ttl > 0` so far.
+    pub(crate) renewals: u64,
+    /// Set once, never cleared.
+    pub(crate) lost: Option<Lost>,
+}
+
+impl View {
+    /// Whether the lease is lost at `now`: marked so, or its local expiry has passed (a handle
+    /// does not wait for the task to notice).
+    pub(crate) fn is_lost(&self, now: Instant) -> bool {
+        self.lost.is_some() || now >= self.expires_at
+    }
+}
+
+/// What a keep-alive answer did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Renewed; the new local expiry.
+    Renewed(Instant),
+    /// The server says the lease is gone; it was dropped from the table.
+    Gone,
+    /// Renewed on the server, but after our local expiry: it was already reported lost, so it
+    /// stays lost and was dropped from the table.
+    Late,
+    /// No request of ours was waiting for it (a lease forgotten meanwhile): ignored.
+    Unexpected,
+}
+
+/// One kept lease.
+#[derive(Debug)]
+struct Entry {
+    /// Which registration this is: a `forget` of an older one must not drop a newer one.
+    generation: u64,
+    /// Publishes the lease's [`View`] to its handles.
+    view: watch::Sender<View>,
+    /// Mirror of the view's `ttl`, for the cadence and the silence limit.
+    ttl: Duration,
+    /// When to send the next renewal (if none is in flight).
+    next_renewal: Instant,
+    /// Send time of the request in flight on the current stream. One at a time: etcd answers a
+    /// stream's requests in order, so a second one would only queue behind a slow first.
+    in_flight: Option<Instant>,
+}
+
+impl Entry {
+    fn expires_at(&self) -> Instant {
+        self.view.borrow().expires_at
+    }
+}
+
+/// Every lease the keeper renews, and what the current stream owes.
+#[derive(Debug)]
+pub(crate) struct Table {
+    leases: HashMap<i64, Entry>,
+    /// Since when the current stream owes an answer without having given one (`None`: it owes
+    /// nothing, or there is no stream).
+    owed_since: Option<Instant>,
+    /// Longest silence tolerated whatever the TTLs (the request timeout).
+    max_silence: Duration,
+}
+
+impl Table {
+    /// An empty table; a stream silent for `max_silence` with requests owed is dead whatever
+    /// the TTLs.
+    pub(crate) fn new(max_silence: Duration) -> Self {
+        Table {
+            leases: HashMap::new(),
+            owed_since: None,
+            max_silence,
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Keep `id` (replacing an older registration of it), first renewal at `next_renewal`.
+    pub(crate) fn insert(
+        &mut self,
+        id: i64,
+        generation: u64,
+        view: watch::Sender<View>,
+        next_renewal: Instant,
+    ) {
+        let ttl = view.borrow().ttl;
+        self.leases.insert(
+            id,
+            Entry {
+                generation,
+                view,
+                ttl,
+                next_renewal,
+                in_flight: None,
+            },
+        );
+    }
+
+    /// Stop keeping `id` if `generation` is the registration kept; whether it was.
+    pub(crate) fn forget(&mut self, id: i64, generation: u64) -> bool {
+        if self
+            .leases
+            .get(&id)
+            .is_some_and(|e| e.generation == generation)
+        {
+            self.leases.remove(&id);
+            self.refresh_owed(Instant::now());
+            return true;
+        }
+        false
+    }
+
+    /// The lease to open a stream with: the one closest to expiry.
+    pub(crate) fn most_urgent(&self) -> Option<i64> {
+        self.leases
+            .iter()
+            .min_by_key(|(_, e)| e.expires_at())
+            .map(|(id, _)| *id)
+    }
+
+    /// Leases due for a renewal at `now` with none in flight, closest to expiry first.
+    pub(crate) fn due(&self, now: Instant) -> Vec<i64> {
+        let mut due: Vec<(Instant, i64)> = self
+            .leases
+            .iter()
+            .filter(|(_, e)| e.in_flight.is_none() && e.next_renewal <= now)
+            .map(|(id, e)| (e.expires_at(), *id))
+            .collect();
+        due.sort_unstable();
+        due.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// A renewal of `id` went out at `at`.
+    pub(crate) fn sent(&mut self, id: i64, at: Instant) {
+        if let Some(entry) = self.leases.get_mut(&id) {
+            entry.in_flight = Some(at);
+            self.owed_since.get_or_insert(at);
+        }
+    }
+
+    /// A stream opened at `now`; the request that opened it is owed from now on (the time it
+    /// took to open is not silence).
+    pub(crate) fn stream_opened(&mut self, now: Instant) {
+        self.refresh_owed(now);
+    }
+
+    /// The stream is gone: its requests will never be answered; renew everything at once on
+    /// the next one (not after the next TTL/3: the etcd#7357 trap).
+    pub(crate) fn stream_lost(&mut self, now: Instant) {
+        for entry in self.leases.values_mut() {
+            entry.in_flight = None;
+            entry.next_renewal = now;
+        }
+        self.owed_since = None;
+    }
+
+    /// The server answered a keep-alive of `id` with `ttl_secs`.
+    pub(crate) fn answered(&mut self, id: i64, ttl_secs: i64) -> Answer {
+        let now = Instant::now();
+        let outcome = self.apply_answer(id, ttl_secs);
+        if matches!(outcome, Answer::Gone | Answer::Late) {
+            self.leases.remove(&id);
+        }
+        // Any answer proves the stream alive: what is still owed is owed from now.
+        self.refresh_owed(now);
+        outcome
+    }
+
+    fn apply_answer(&mut self, id: i64, ttl_secs: i64) -> Answer {
+        let Some(entry) = self.leases.get_mut(&id) else {
+            return Answer::Unexpected;
+        };
+        let Some(sent_at) = entry.in_flight.take() else {
+            return Answer::Unexpected;
+        };
+        if ttl_secs <= 0 {
+            entry.view.send_modify(|v| {
+                v.lost.get_or_insert(Lost::Gone);
+            });
+            return Answer::Gone;
+        }
+        let ttl = Duration::from_secs(ttl_secs.unsigned_abs());
+        let mut outcome = Answer::Late;
+        entry.view.send_modify(|v| {
+            // The clock is read under the write lock: see the module docs.
+            if v.is_lost(Instant::now()) {
+                v.lost.get_or_insert(Lost::Expired);
+                return;
+            }
+            let candidate = sent_at + ttl;
+            // An unconfirmed expiry is only a wait bound: the first answer replaces it.
+            if !v.confirmed || candidate > v.expires_at {
+                v.expires_at = candidate;
+            }
+            v.ttl = ttl;
+            v.confirmed = true;
+            v.renewals += 1;
+            outcome = Answer::Renewed(v.expires_at);
+        });
+        entry.ttl = ttl;
+        entry.next_renewal = sent_at + ttl / 3;
+        outcome
+    }
+
+    /// Mark every lease whose local expiry has passed at `now` as lost and drop it; their ids.
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<i64> {
+        let expired: Vec<i64> = self
+            .leases
+            .iter()
+            .filter(|(_, e)| e.view.borrow().is_lost(now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &expired {
+            if let Some(entry) = self.leases.remove(id) {
+                entry.view.send_modify(|v| {
+                    v.lost.get_or_insert(Lost::Expired);
+                });
+            }
+        }
+        if !expired.is_empty() {
+            self.refresh_owed(now);
+        }
+        expired
+    }
+
+    /// How long the stream may owe an answer before it counts as dead: a third of the shortest
+    /// TTL (by then the next renewal is due, and waiting longer eats into the lease), capped by
+    /// the request timeout.
+    pub(crate) fn silence_limit(&self) -> Duration {
+        self.leases
+            .values()
+            .map(|e| e.ttl / 3)
+            .min()
+            .unwrap_or(self.max_silence)
+            .min(self.max_silence)
+    }
+
+    /// Whether the stream has owed an answer for longer than the silence limit at `now`.
+    pub(crate) fn is_silent(&self, now: Instant) -> bool {
+        self.owed_since
+            .is_some_and(|since| now >= since + self.silence_limit())
+    }
+
+    /// How long the stream has owed an answer at `now`.
+    pub(crate) fn owed_for(&self, now: Instant) -> Duration {
+        self.owed_since
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+    }
+
+    /// The next moment something happens by itself: a local expiry, and with a stream open
+    /// (`stream_up`), a renewal falling due or the stream's silence limit.
+    pub(crate) fn next_deadline(&self, stream_up: bool) -> Option<Instant> {
+        let expiries = self.leases.values().map(Entry::expires_at);
+        let mut next = expiries.min();
+        if stream_up {
+            let renewals = self
+                .leases
+                .values()
+                .filter(|e| e.in_flight.is_none())
+                .map(|e| e.next_renewal)
+                .min();
+            let silence = self.owed_since.map(|s| s + self.silence_limit());
+            next = [next, renewals, silence].into_iter().flatten().min();
+        }
+        next
+    }
+
+    /// What is owed after an answer or a removal: nothing if no request is in flight.
+    fn refresh_owed(&mut self, now: Instant) {
+        let any_in_flight = self.leases.values().any(|e| e.in_flight.is_some());
+        self.owed_since = any_in_flight.then_some(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(6);
+
+    /// A granted lease (confirmed, expiring at now + TTL) and its handle's receiver.
+    fn granted(table: &mut Table, id: i64) -> watch::Receiver<View> {
+        let now = Instant::now();
+        let (tx, rx) = watch::channel(View {
+            ttl: TTL,
+            expires_at: now + TTL,
+            confirmed: true,
+            renewals: 0,
+            lost: None,
+        });
+        table.insert(id, 1, tx, now + TTL / 3);
+        rx
+    }
+
+    fn table() -> Table {
+        Table::new(Duration::from_secs(5))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewal_is_due_at_a_third_of_the_ttl() {
+        let mut t = table();
+        let _rx = granted(&mut t, 1);
+        assert!(t.due(Instant::now()).is_empty());
+        let start = Instant::now();
+        assert_eq!(t.next_deadline(true), Some(start + TTL / 3));
+        // Without a stream only the expiry wakes the task (nothing can be sent).
+        assert_eq!(t.next_deadline(false), Some(start + TTL));
+        tokio::time::advance(TTL / 3).await;
+        assert_eq!(t.due(Instant::now()), [1]);
+        t.sent(1, Instant::now());
+        // One request at a time.
+        assert!(t.due(Instant::now()).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expiry_counts_from_the_send_time_not_the_answer() {
+        let mut t = table();
+        let rx = granted(&mut t, 1);
+        let sent = Instant::now();
+        t.sent(1, sent);
+        // A slow answer: 800 ms later.
+        tokio::time::advance(Duration::from_millis(800)).await;
+        assert_eq!(t.answered(1, 6), Answer::Renewed(sent + TTL));
+        let v = *rx.borrow();
+        assert_eq!(v.expires_at, sent + TTL);
+        assert_eq!(v.renewals, 1);
+        // Next renewal a third of the TTL after the send.
+        assert_eq!(t.next_deadline(true), Some(sent + TTL / 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expiry_never_moves_back() {
+        let mut t = table();
+        let rx = granted(&mut t, 1);
+        let first = rx.borrow().expires_at;
+        // An answer for a request sent before the grant's send time cannot exist, but a smaller
+        // TTL can (a lease granted elsewhere with a shorter TTL): the expiry keeps the max.
+        t.sent(1, Instant::now());
+        assert_eq!(t.answered(1, 2), Answer::Renewed(first));
+        assert_eq!(rx.borrow().expires_at, first);
+        assert_eq!(rx.borrow().ttl, Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn local_expiry_marks_lost_exactly_at_expires_at() {
+        let mut t = table();
+        let rx = granted(&mut t, 1);
+        let expires = rx.borrow().expires_at;
+        tokio::time::advance(TTL - Duration::from_millis(1)).await;
+        assert!(t.expire(Instant::now()).is_empty());
+        assert!(!rx.borrow().is_lost(Instant::now()));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(Instant::now(), expires);
+        assert_eq!(t.expire(Instant::now()), [1]);
+        assert_eq!(rx.borrow().lost, Some(Lost::Expired));
+        assert!(t.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ttl_zero_means_gone() {
+        let mut t = table();
+        let rx = granted(&mut t, 1);
+        t.sent(1, Instant::now());
+        assert_eq!(t.answered(1, 0), Answer::Gone);
+        assert_eq!(rx.borrow().lost, Some(Lost::Gone));
+        assert!(t.is_empty());
+        // Another -1 answer for something no longer kept is ignored.
+        assert_eq!(t.answered(1, -1), Answer::Unexpected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_after_the_local_expiry_does_not_revive() {
+        let mut t = table();
+        let rx = granted(&mut t, 1);
+        tokio::time::advance(TTL / 3).await;
+        t.sent(1, Instant::now());
+        // A reader saw it expire...
+        tokio::time::advance(TTL).await;
+        assert!(rx.borrow().is_lost(Instant::now()));
+        // ...so the late answer keeps it lost.
+        assert_eq!(t.answered(1, 6), Answer::Late);
+        assert_eq!(rx.borrow().lost, Some(Lost::Expired));
+        assert!(t.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unconfirmed_expiry_is_replaced_by_the_first_answer() {
+        let mut t = table();
+        let now = Instant::now();
+        // Kept by id, with a generous wait bound.
+        let (tx, rx) = watch::channel(View {
+            ttl: Duration::from_secs(30),
+            expires_at: now + Duration::from_secs(30),
+            confirmed: false,
+            renewals: 0,
+            lost: None,
+        });
+        t.insert(7, 1, tx, now);
+        assert_eq!(t.due(now), [7]);
+        t.sent(7, now);
+        // The server says 6 s: the expiry comes *earlier* than the wait bound.
+        assert_eq!(t.answered(7, 6), Answer::Renewed(now + TTL));
+        let v = *rx.borrow();
+        assert!(v.confirmed);
+        assert_eq!(v.expires_at, now + TTL);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stream_failure_makes_every_lease_due_at_once() {
+        let mut t = table();
+        let _a = granted(&mut t, 1);
+        let _b = granted(&mut t, 2);
+        t.sent(1, Instant::now());
+        tokio::time::advance(Duration::from_millis(100)).await;
+        t.stream_lost(Instant::now());
+        let mut due = t.due(Instant::now());
+        due.sort_unstable();
+        assert_eq!(due, [1, 2]);
+        // The lost request's answer will never come; nothing is owed without a stream.
+        assert!(!t.is_silent(Instant::now() + Duration::from_secs(60)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_is_measured_from_the_stream_opening_and_the_last_answer() {
+        let mut t = table();
+        let _a = granted(&mut t, 1);
+        let _b = granted(&mut t, 2);
+        let limit = TTL / 3;
+        assert_eq!(t.silence_limit(), limit);
+        // Opening took long; the silence clock starts when it opened.
+        t.sent(1, Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        t.stream_opened(Instant::now());
+        assert!(!t.is_silent(Instant::now()));
+        t.sent(2, Instant::now());
+        tokio::time::advance(limit - Duration::from_millis(1)).await;
+        assert!(!t.is_silent(Instant::now()));
+        // An answer for 1 restarts the clock for what is still owed (2).
+        assert!(matches!(t.answered(1, 6), Answer::Renewed(_)));
+        tokio::time::advance(limit - Duration::from_millis(1)).await;
+        assert!(!t.is_silent(Instant::now()));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(t.is_silent(Instant::now()));
+        assert_eq!(t.owed_for(Instant::now()), limit);
+        // Nothing owed, nothing silent.
+        assert!(matches!(t.answered(2, 6), Answer::Renewed(_)));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(!t.is_silent(Instant::now()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_limit_is_capped() {
+        let mut t = Table::new(Duration::from_secs(2));
+        let (tx, _rx) = watch::channel(View {
+            ttl: Duration::from_secs(60),
+            expires_at: Instant::now() + Duration::from_secs(60),
+            confirmed: true,
+            renewals: 0,
+            lost: None,
+        });
+        t.insert(1, 1, tx, Instant::now());
+        assert_eq!(t.silence_limit(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forget_only_drops_the_same_registration() {
+        let mut t = table();
+        let _old = granted(&mut t, 1);
+        let (tx, _rx) = watch::channel(View {
+            ttl: TTL,
+            expires_at: Instant::now() + TTL,
+            confirmed: true,
+            renewals: 0,
+            lost: None,
+        });
+        t.insert(1, 2, tx, Instant::now());
+        assert!(!t.forget(1, 1));
+        assert_eq!(t.len(), 1);
+        assert!(t.forget(1, 2));
+        assert!(t.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn most_urgent_is_closest_to_expiry() {
+        let mut t = table();
+        let _a = granted(&mut t, 1);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let _b = granted(&mut t, 2);
+        assert_eq!(t.most_urgent(), Some(1));
+        tokio::time::advance(Duration::from_millis(10)).await;
+        t.sent(1, Instant::now());
+        assert!(matches!(t.answered(1, 6), Answer::Renewed(_)));
+        assert_eq!(t.most_urgent(), Some(2));
+    }
+}

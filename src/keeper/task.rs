@@ -1,0 +1,462 @@
+//! The keeper task: owns the one keep-alive stream and drives the [`Table`] with it: opens the
+//! stream (leader-routed, require-leader, through the transport's pick and retries), sends
+//! renewals as they fall due, reads the answers, reopens on another member when the stream
+//! fails, falls silent or its member is ejected, and marks leases lost when they expire.
+//!
+//! It runs while at least one lease is kept and the client is alive; [`Shared::send`] starts a
+//! new one when a lease is kept after it stopped.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::state::{Answer, Table, View};
+use crate::endpoint::{Endpoint, HealthState};
+use crate::error::{Error, Result};
+use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use crate::rpc::Rpc;
+use crate::stream::ResponseStream;
+use crate::transport::{Deadline, Target, Transport};
+
+/// How often an open stream's member is checked for ejection: a member the probers found dead
+/// or frozen is left before the stream's own silence limit would notice.
+const HEALTH_POLL: Duration = Duration::from_millis(100);
+
+/// First wait after a failed open; the n-th consecutive failure waits n times as long, up to
+/// [`MAX_REOPEN_BACKOFF`]. Each open already retried across members for a request timeout, so
+/// this only keeps a dead cluster from being hammered; short, so a recovered cluster is found
+/// quickly.
+const REOPEN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Longest wait between failed opens.
+const MAX_REOPEN_BACKOFF: Duration = Duration::from_millis(500);
+
+/// A stream that dies sooner than this after opening counts as a failed open for the backoff
+/// (a member that accepts streams and drops them at once must not be reopened in a tight loop).
+const MIN_STREAM_LIFE: Duration = Duration::from_secs(1);
+
+/// When the request channel is full (the stream pushes back), try again this much later.
+const FULL_RETRY: Duration = Duration::from_millis(10);
+
+/// What handles ask of the task.
+pub(super) enum Command {
+    /// Keep this lease (replacing an older registration of the same id).
+    Keep {
+        id: i64,
+        generation: u64,
+        view: watch::Sender<View>,
+        next_renewal: Instant,
+    },
+    /// Stop keeping it, if `generation` is still the registration kept.
+    Forget { id: i64, generation: u64 },
+}
+
+/// An open stream: the request sender, the answers, the member serving it.
+type Opened = (
+    mpsc::Sender<LeaseKeepAliveRequest>,
+    ResponseStream<LeaseKeepAliveResponse>,
+    Arc<Endpoint>,
+);
+
+/// A stream being opened.
+type Opening = Pin<Box<dyn Future<Output = Result<Opened>> + Send>>;
+
+/// The keep-alive stream's state.
+// One value per task, moved rarely: boxing the big variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+enum Link {
+    /// No stream; open one at `retry_at`.
+    Down {
+        retry_at: Instant,
+        /// Consecutive failed opens (drives the backoff).
+        failures: u32,
+    },
+    /// Being opened with a first keep-alive already queued.
+    Opening {
+        open: Opening,
+        started: Instant,
+        failures: u32,
+    },
+    /// Open on `endpoint` since `opened`.
+    Up {
+        tx: mpsc::Sender<LeaseKeepAliveRequest>,
+        answers: ResponseStream<LeaseKeepAliveResponse>,
+        endpoint: Arc<Endpoint>,
+        opened: Instant,
+        failures: u32,
+    },
+}
+
+/// What happened on the link.
+// Lives for one turn of the loop: boxing the big variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+enum LinkEvent {
+    Opened(Result<Opened>),
+    Answer(Result<Option<LeaseKeepAliveResponse>>),
+}
+
+impl Link {
+    /// The next thing the stream does; pending while there is none.
+    async fn event(&mut self) -> LinkEvent {
+        match self {
+            Link::Opening { open, .. } => LinkEvent::Opened(open.await),
+            Link::Up { answers, .. } => LinkEvent::Answer(answers.message().await),
+            Link::Down { .. } => std::future::pending().await,
+        }
+    }
+}
+
+/// The task behind a [`Keeper`](super::Keeper).
+pub(super) struct KeeperTask {
+    /// For the exit handshake and the stream counter.
+    shared: Arc<Shared>,
+    /// Weak: the keeper must not keep the client alive (it lives inside it).
+    transport: Weak<Transport>,
+    /// Cancelled when the client goes away: nothing can be renewed after that.
+    cancel: CancellationToken,
+    /// Keep / forget requests from handles.
+    commands: mpsc::UnboundedReceiver<Command>,
+    /// Bound on opening one stream (the request timeout).
+    open_limit: Duration,
+    /// The leases and what the stream owes.
+    table: Table,
+}
+
+impl KeeperTask {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        transport: &Arc<Transport>,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> Self {
+        let open_limit = transport
+            .options
+            .request_timeout
+            .unwrap_or(crate::options::DEFAULT_REQUEST_TIMEOUT);
+        KeeperTask {
+            shared,
+            transport: Arc::downgrade(transport),
+            cancel: transport.cancel.child_token(),
+            commands,
+            open_limit,
+            table: Table::new(open_limit),
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        let mut link = Link::Down {
+            retry_at: Instant::now(),
+            failures: 0,
+        };
+        loop {
+            let now = Instant::now();
+            for id in self.table.expire(now) {
+                tracing::warn!(lease = %format!("{id:x}"), "lease lost: its local expiry passed without a renewal");
+            }
+            if self.table.is_empty() {
+                if self.try_exit() {
+                    tracing::debug!("no lease kept; keeper stops");
+                    self.shared.set_stream_endpoint(None);
+                    return;
+                }
+                continue;
+            }
+            link = self.advance(link, now);
+            let mut wake = self.table.next_deadline(matches!(link, Link::Up { .. }));
+            match &link {
+                Link::Down { retry_at, .. } => {
+                    wake = Some(wake.map_or(*retry_at, |w| w.min(*retry_at)))
+                }
+                Link::Up { tx, .. } if tx.capacity() == 0 => {
+                    wake = Some(now + FULL_RETRY);
+                }
+                Link::Up { .. } => {
+                    wake = Some(wake.map_or(now + HEALTH_POLL, |w| w.min(now + HEALTH_POLL)))
+                }
+                Link::Opening { .. } => {}
+            }
+            let sleep = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                // The client is gone: nothing can be renewed any more. Handles see their
+                // leases lost at their local expiry without us.
+                () = self.cancel.cancelled() => return,
+                // A lease kept or forgotten.
+                Some(command) = self.commands.recv() => self.apply(command),
+                // The stream opened or failed to, or an answer (or an error) arrived.
+                event = link.event() => link = self.on_event(link, event),
+                // A renewal, an expiry, the silence limit, a health check or a retry is due.
+                () = sleep => {}
+            }
+        }
+    }
+
+    /// Stop if no command is waiting; the handshake runs under the lock that senders take, so
+    /// a lease kept at this moment either reaches us or starts a new task.
+    fn try_exit(&mut self) -> bool {
+        let mut slot = self.shared.lock_task();
+        match self.commands.try_recv() {
+            Ok(command) => {
+                drop(slot);
+                self.apply(command);
+                false
+            }
+            Err(_) => {
+                *slot = None;
+                true
+            }
+        }
+    }
+
+    fn apply(&mut self, command: Command) {
+        match command {
+            Command::Keep {
+                id,
+                generation,
+                view,
+                next_renewal,
+            } => {
+                tracing::debug!(lease = %format!("{id:x}"), "keeping lease");
+                self.table.insert(id, generation, view, next_renewal);
+            }
+            Command::Forget { id, generation } => {
+                if self.table.forget(id, generation) {
+                    tracing::debug!(lease = %format!("{id:x}"), "lease no longer kept");
+                }
+            }
+        }
+    }
+
+    /// Do what is due on the link at `now`: open a stream, leave a bad one, send renewals.
+    fn advance(&mut self, link: Link, now: Instant) -> Link {
+        match link {
+            Link::Down { retry_at, failures } if now >= retry_at => self.open(now, failures),
+            Link::Up {
+                tx,
+                answers,
+                endpoint,
+                opened,
+                failures,
+            } => {
+                if self.table.is_silent(now) {
+                    let owed = self.table.owed_for(now);
+                    tracing::warn!(endpoint = %endpoint.url, ?owed, "keep-alive stream silent; reopening elsewhere");
+                    return self.lost_stream(
+                        &endpoint,
+                        Some(&Error::Timeout),
+                        opened,
+                        failures,
+                        now,
+                    );
+                }
+                if self.better_elsewhere(&endpoint) {
+                    tracing::info!(endpoint = %endpoint.url, "keep-alive stream's member ejected; reopening elsewhere");
+                    return self.lost_stream(&endpoint, None, opened, failures, now);
+                }
+                for id in self.table.due(now) {
+                    match tx.try_send(LeaseKeepAliveRequest { id }) {
+                        Ok(()) => self.table.sent(id, now),
+                        // The stream pushes back: the rest go out on the next turn.
+                        Err(TrySendError::Full(_)) => break,
+                        Err(TrySendError::Closed(_)) => {
+                            return self.lost_stream(
+                                &endpoint,
+                                Some(&Error::StreamClosed),
+                                opened,
+                                failures,
+                                now,
+                            );
+                        }
+                    }
+                }
+                Link::Up {
+                    tx,
+                    answers,
+                    endpoint,
+                    opened,
+                    failures,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Start opening a stream whose first message renews the lease closest to expiry.
+    fn open(&mut self, now: Instant, failures: u32) -> Link {
+        let first = self
+            .table
+            .most_urgent()
+            .expect("the table is not empty while the link advances");
+        // Sent now as far as the expiry is concerned: whichever attempt of the open carries
+        // it, it leaves no earlier than this.
+        self.table.sent(first, now);
+        let transport = self.transport.clone();
+        let limit = self.open_limit;
+        let open = async move {
+            let transport = transport.upgrade().ok_or(Error::Shutdown)?;
+            let opening = transport.open_bidi(
+                Rpc::LeaseKeepAlive,
+                Target::Any,
+                Deadline::Default,
+                LeaseKeepAliveRequest { id: first },
+                |c, r| async move { c.lease().lease_keep_alive(r).await },
+            );
+            let (tx, answers) = tokio::time::timeout(limit, opening)
+                .await
+                .map_err(|_| Error::Timeout)??;
+            let endpoint = transport.endpoint(answers.endpoint())?;
+            Ok((tx, answers, endpoint))
+        };
+        Link::Opening {
+            open: Box::pin(open),
+            started: now,
+            failures,
+        }
+    }
+
+    fn on_event(&mut self, link: Link, event: LinkEvent) -> Link {
+        let now = Instant::now();
+        match (link, event) {
+            (
+                Link::Opening {
+                    started, failures, ..
+                },
+                LinkEvent::Opened(Ok((tx, answers, endpoint))),
+            ) => {
+                let n = self
+                    .shared
+                    .streams_opened
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
+                tracing::info!(endpoint = %endpoint.url, took = ?now - started, leases = self.table.len(), streams = n, "keep-alive stream open");
+                self.table.stream_opened(now);
+                self.shared.set_stream_endpoint(Some(endpoint.url.clone()));
+                Link::Up {
+                    tx,
+                    answers,
+                    endpoint,
+                    opened: now,
+                    // Reset only once the stream proves it lives (see MIN_STREAM_LIFE).
+                    failures,
+                }
+            }
+            (Link::Opening { failures, .. }, LinkEvent::Opened(Err(error))) => {
+                // The transport already blamed the members it tried.
+                self.table.stream_lost(now);
+                let failures = failures + 1;
+                let wait = backoff(failures);
+                tracing::warn!(%error, retry_in = ?wait, "keep-alive stream did not open");
+                Link::Down {
+                    retry_at: now + wait,
+                    failures,
+                }
+            }
+            (
+                Link::Up {
+                    tx,
+                    answers,
+                    endpoint,
+                    opened,
+                    failures,
+                },
+                LinkEvent::Answer(answer),
+            ) => match answer {
+                Ok(Some(answer)) => {
+                    self.on_answer(&answer);
+                    Link::Up {
+                        tx,
+                        answers,
+                        endpoint,
+                        opened,
+                        failures,
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!(endpoint = %endpoint.url, "keep-alive stream ended by the server; reopening");
+                    self.lost_stream(&endpoint, Some(&Error::StreamClosed), opened, failures, now)
+                }
+                Err(error) => {
+                    tracing::warn!(endpoint = %endpoint.url, %error, "keep-alive stream failed; reopening");
+                    self.lost_stream(&endpoint, Some(&error), opened, failures, now)
+                }
+            },
+            (link, _) => link,
+        }
+    }
+
+    fn on_answer(&mut self, answer: &LeaseKeepAliveResponse) {
+        let lease = format!("{:x}", answer.id);
+        match self.table.answered(answer.id, answer.ttl) {
+            Answer::Renewed(expires_at) => {
+                tracing::trace!(%lease, ttl = answer.ttl, expires_in = ?expires_at.saturating_duration_since(Instant::now()), "lease renewed");
+            }
+            Answer::Gone => {
+                tracing::warn!(%lease, "lease lost: the server says it expired or was revoked");
+            }
+            Answer::Late => {
+                tracing::warn!(%lease, "lease lost: renewed only after its local expiry");
+            }
+            Answer::Unexpected => {}
+        }
+    }
+
+    /// Leave the stream: tell the transport what went wrong with its member (so the next pick
+    /// avoids it), and renew everything at once on the next stream.
+    fn lost_stream(
+        &mut self,
+        endpoint: &Endpoint,
+        error: Option<&Error>,
+        opened: Instant,
+        failures: u32,
+        now: Instant,
+    ) -> Link {
+        if let (Some(error), Some(transport)) = (error, self.transport.upgrade()) {
+            transport.learn(endpoint, error);
+        }
+        self.table.stream_lost(now);
+        self.shared.set_stream_endpoint(None);
+        if now - opened < MIN_STREAM_LIFE {
+            let failures = failures + 1;
+            Link::Down {
+                retry_at: now + backoff(failures),
+                failures,
+            }
+        } else {
+            Link::Down {
+                retry_at: now,
+                failures: 0,
+            }
+        }
+    }
+
+    /// Whether the stream's member is ejected while another is not: the probers or other
+    /// requests found it dead, frozen or cut off before our own silence limit did.
+    fn better_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
+        if endpoint.state() != HealthState::Ejected {
+            return false;
+        }
+        let Some(transport) = self.transport.upgrade() else {
+            return false;
+        };
+        transport
+            .balancer
+            .endpoints()
+            .iter()
+            .any(|e| !Arc::ptr_eq(e, endpoint) && e.state() != HealthState::Ejected)
+    }
+}
+
+/// Wait after the n-th consecutive failed open.
+fn backoff(failures: u32) -> Duration {
+    (REOPEN_BACKOFF * failures).min(MAX_REOPEN_BACKOFF)
+}

@@ -1,0 +1,463 @@
+//! The shared stream itself: opening it (through the transport's pick, retries and
+//! require-leader), keeping it honest (progress probes, the silence limit, the member's health
+//! as the probers see it), sending creates and cancels, and leaving it for another member.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::time::Instant;
+
+use super::hub::{HubTask, State};
+use super::progress::{Due, Liveness, Probe, ProgressGate};
+use crate::endpoint::{Endpoint, HealthState};
+use crate::error::{Error, Result};
+use crate::proto::etcdserverpb::{
+    WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
+    watch_request::RequestUnion,
+};
+use crate::rpc::Rpc;
+use crate::stream::ResponseStream;
+use crate::transport::{Deadline, Target};
+
+/// How often an open stream's member is checked for ejection: a member the probers found dead
+/// or cut off is left before the stream's own silence limit would notice.
+const HEALTH_POLL: Duration = Duration::from_millis(250);
+
+/// First wait after a failed open; the n-th consecutive failure waits n times as long, up to
+/// [`MAX_REOPEN_BACKOFF`]. Each open already retried across members for a request timeout, so
+/// this only keeps a dead cluster from being hammered; short, so a recovered one is found fast.
+const REOPEN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Longest wait between failed opens.
+const MAX_REOPEN_BACKOFF: Duration = Duration::from_millis(500);
+
+/// A stream that dies sooner than this after opening counts as a failed open for the backoff
+/// (a member that accepts streams and drops them at once must not be reopened in a tight loop).
+const MIN_STREAM_LIFE: Duration = Duration::from_secs(1);
+
+/// The key of the canary watch (see `progress.rs`): any key does; this one is never written
+/// by anyone sane, so the canary sees no events.
+const CANARY_KEY: &[u8] = b"\0etcd-ha/watch-liveness";
+
+/// When the stream's request channel is full, try again this much later.
+const FULL_RETRY: Duration = Duration::from_millis(10);
+
+/// A stream with no watch left is closed after this long (a watch made soon after reuses it).
+const IDLE_LINGER: Duration = Duration::from_secs(10);
+
+/// An open stream: its request sender, its responses, its member.
+pub(super) type Opened = (
+    mpsc::Sender<WatchRequest>,
+    ResponseStream<WatchResponse>,
+    Arc<Endpoint>,
+);
+
+/// A stream being opened.
+pub(super) type Opening = Pin<Box<dyn Future<Output = Result<Opened>> + Send>>;
+
+/// The shared stream's state.
+// One value per task, moved rarely: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Link {
+    /// No stream; open one at `retry_at` if a watch needs it.
+    Down { retry_at: Instant, failures: u32 },
+    /// Being opened with the create of watch `first` (key, watch id) as its first message.
+    Opening {
+        open: Opening,
+        started: Instant,
+        failures: u32,
+        first: (u64, i64),
+    },
+    /// Open.
+    Up(Box<Up>),
+}
+
+/// An open stream and what the hub knows about it.
+pub(super) struct Up {
+    /// Requests to the stream (bounded: a stuck stream pushes back, see [`FULL_RETRY`]).
+    pub(super) tx: mpsc::Sender<WatchRequest>,
+    /// The server's responses.
+    pub(super) answers: ResponseStream<WatchResponse>,
+    /// The member serving it: blamed when the stream fails, watched for ejection.
+    pub(super) endpoint: Arc<Endpoint>,
+    /// When it opened: a stream that dies young counts as a failed open.
+    pub(super) opened: Instant,
+    /// Consecutive failed opens before this one (for the backoff if it dies young).
+    pub(super) failures: u32,
+    /// Tells this stream's background results from an older stream's.
+    pub(super) generation: u64,
+    /// Creates sent and not answered yet, in order (etcd answers creates in order): the id
+    /// asked for and the watch (`None`: a canary).
+    pub(super) creating: VecDeque<(i64, Option<u64>)>,
+    /// Running watches by the id the server uses.
+    pub(super) ids: HashMap<i64, u64>,
+    /// Is the stream alive (probes, silence limit).
+    pub(super) liveness: Liveness,
+    /// Progress requests and what their answers prove on this member.
+    pub(super) gate: ProgressGate,
+    /// Cancels that did not fit in the request channel yet.
+    pub(super) outbox: VecDeque<WatchRequest>,
+    /// Since when no watch is left.
+    pub(super) idle_since: Option<Instant>,
+    /// When to look at the member's health next (see [`HEALTH_POLL`]).
+    pub(super) health_check_at: Instant,
+}
+
+/// What happened on the link.
+// Lives for one turn of the loop.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum LinkEvent {
+    /// The open finished.
+    Opened(Result<Opened>),
+    /// A response, the server's clean end (`None`), or the stream's failure.
+    Answer(Result<Option<WatchResponse>>),
+}
+
+impl Link {
+    /// The next thing the stream does; pending while there is none.
+    pub(super) async fn event(&mut self) -> LinkEvent {
+        match self {
+            Link::Opening { open, .. } => LinkEvent::Opened(open.await),
+            Link::Up(up) => LinkEvent::Answer(up.answers.message().await),
+            Link::Down { .. } => std::future::pending().await,
+        }
+    }
+}
+
+impl HubTask {
+    /// When the loop must look again without anything arriving.
+    pub(super) fn next_wake(&self, link: &Link, now: Instant) -> Option<Instant> {
+        match link {
+            Link::Down { retry_at, .. } => self.has_queued().then_some(*retry_at),
+            Link::Opening { .. } => None,
+            Link::Up(up) => {
+                let mut wake = up.liveness.next_wake().min(up.health_check_at);
+                if (!up.outbox.is_empty() || self.has_queued()) && up.tx.capacity() == 0 {
+                    wake = wake.min(now + FULL_RETRY);
+                }
+                if let Some(idle) = up.idle_since {
+                    wake = wake.min(idle + IDLE_LINGER);
+                }
+                Some(wake)
+            }
+        }
+    }
+
+    /// Do what is due at `now`: open a stream, leave a dead or bad one, probe it, send
+    /// cancels and creates, close it when idle.
+    pub(super) fn advance(&mut self, link: Link, now: Instant) -> Link {
+        match link {
+            Link::Down { retry_at, failures } if now >= retry_at && self.has_queued() => {
+                self.open(now, failures)
+            }
+            Link::Up(mut up) => {
+                match up.liveness.poll(now) {
+                    Due::Dead => {
+                        tracing::warn!(endpoint = %up.endpoint.url, silent = ?up.liveness.silent_for(now), "watch stream silent; reopening elsewhere");
+                        return self.lose(up, Some(&Error::Timeout), now);
+                    }
+                    Due::Probe => self.probe(&mut up, now),
+                    Due::Nothing => {}
+                }
+                if now >= up.health_check_at {
+                    up.health_check_at = now + HEALTH_POLL;
+                    if self.better_elsewhere(&up.endpoint) {
+                        tracing::info!(endpoint = %up.endpoint.url, health = ?up.endpoint.state(), "watch stream's member is unhealthy; reopening elsewhere");
+                        return self.lose(up, None, now);
+                    }
+                }
+                if self.entries.is_empty() {
+                    let since = *up.idle_since.get_or_insert(now);
+                    if now - since >= IDLE_LINGER {
+                        tracing::debug!(endpoint = %up.endpoint.url, "no watch left; closing the watch stream");
+                        self.inner.set_endpoint(None);
+                        return Link::Down {
+                            retry_at: now,
+                            failures: 0,
+                        };
+                    }
+                } else {
+                    up.idle_since = None;
+                }
+                if let Err(e) = self.flush(&mut up) {
+                    return self.lose(up, Some(&e), now);
+                }
+                Link::Up(up)
+            }
+            other => other,
+        }
+    }
+
+    /// Send what waits: cancels first, then creates, as long as the request channel has room.
+    pub(super) fn flush(&mut self, up: &mut Up) -> Result<()> {
+        while let Some(request) = up.outbox.pop_front() {
+            match up.tx.try_send(request) {
+                Ok(()) => {}
+                Err(TrySendError::Full(request)) => {
+                    up.outbox.push_front(request);
+                    return Ok(());
+                }
+                Err(TrySendError::Closed(_)) => return Err(Error::StreamClosed),
+            }
+        }
+        while up.tx.capacity() > 0 {
+            let Some(key) = self.pop_queued() else { break };
+            let watch_id = self.watch_id();
+            let entry = self.entries.get_mut(&key).expect("popped keys exist");
+            match up.tx.try_send(entry.create_request(watch_id)) {
+                Ok(()) => {
+                    entry.state = State::Creating { watch_id };
+                    up.creating.push_back((watch_id, Some(key)));
+                }
+                Err(e) => {
+                    self.queue.push_front(key);
+                    return match e {
+                        TrySendError::Full(_) => Ok(()),
+                        TrySendError::Closed(_) => Err(Error::StreamClosed),
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ask the stream for a sign of life (and progress).
+    pub(super) fn probe(&mut self, up: &mut Up, now: Instant) {
+        match up.gate.probe(now) {
+            Probe::Progress => {
+                let request = WatchRequest {
+                    request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+                };
+                // A full channel is a stream pushing back; the next probe tries again.
+                if up.tx.try_send(request).is_ok() {
+                    up.gate.sent(now);
+                }
+            }
+            Probe::Canary => {
+                let watch_id = self.watch_id();
+                let create = WatchRequest {
+                    request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                        key: CANARY_KEY.to_vec(),
+                        watch_id,
+                        ..Default::default()
+                    })),
+                };
+                if up.tx.try_send(create).is_ok() {
+                    tracing::trace!(endpoint = %up.endpoint.url, "progress request unanswered; canary watch sent");
+                    up.creating.push_back((watch_id, None));
+                    up.outbox.push_back(cancel_request(watch_id));
+                }
+            }
+            Probe::Wait => {}
+        }
+    }
+
+    /// Start opening a stream whose first message creates the first queued watch.
+    pub(super) fn open(&mut self, now: Instant, failures: u32) -> Link {
+        let key = self.pop_queued().expect("opened only with a queued watch");
+        let watch_id = self.watch_id();
+        let entry = self.entries.get_mut(&key).expect("popped keys exist");
+        entry.state = State::Creating { watch_id };
+        let first = entry.create_request(watch_id);
+        let transport = self.transport.clone();
+        let limit = self.open_limit;
+        let open = async move {
+            let transport = transport.upgrade().ok_or(Error::Shutdown)?;
+            let opening = transport.open_bidi(
+                Rpc::Watch,
+                Target::Any,
+                Deadline::Default,
+                first,
+                |c, r| async move { c.watch().watch(r).await },
+            );
+            let (tx, answers) = tokio::time::timeout(limit, opening)
+                .await
+                .map_err(|_| Error::Timeout)??;
+            let endpoint = transport.endpoint(answers.endpoint())?;
+            Ok((tx, answers, endpoint))
+        };
+        Link::Opening {
+            open: Box::pin(open),
+            started: now,
+            failures,
+            first: (key, watch_id),
+        }
+    }
+
+    /// The stream opened (or failed to), or said something (or failed).
+    pub(super) fn on_event(&mut self, link: Link, event: LinkEvent) -> Link {
+        let now = Instant::now();
+        match (link, event) {
+            (
+                Link::Opening {
+                    started,
+                    failures,
+                    first,
+                    ..
+                },
+                LinkEvent::Opened(Ok((tx, answers, endpoint))),
+            ) => {
+                let n = self.inner.streams_opened.fetch_add(1, Ordering::Relaxed) + 1;
+                self.generation += 1;
+                tracing::info!(endpoint = %endpoint.url, took = ?now - started, watches = self.entries.len(), streams = n, "watch stream open");
+                self.inner.set_endpoint(Some(endpoint.url.clone()));
+                self.check_version(&endpoint);
+                Link::Up(Box::new(Up {
+                    tx,
+                    answers,
+                    endpoint,
+                    opened: now,
+                    // Reset only once the stream proves it lives (see MIN_STREAM_LIFE).
+                    failures,
+                    generation: self.generation,
+                    creating: VecDeque::from([(first.1, Some(first.0))]),
+                    ids: HashMap::new(),
+                    liveness: Liveness::new(now),
+                    gate: ProgressGate::default(),
+                    outbox: VecDeque::new(),
+                    idle_since: None,
+                    health_check_at: now + HEALTH_POLL,
+                }))
+            }
+            (
+                Link::Opening {
+                    failures, first, ..
+                },
+                LinkEvent::Opened(Err(error)),
+            ) => {
+                // The transport already blamed the members it tried.
+                if let Some(entry) = self.entries.get_mut(&first.0)
+                    && entry.state == (State::Creating { watch_id: first.1 })
+                {
+                    entry.state = State::Queued;
+                    self.queue.push_front(first.0);
+                }
+                if let Some(fatal) = fatal_copy(&error) {
+                    tracing::warn!(%error, "watch stream cannot be opened; ending every watch");
+                    self.end_all(fatal);
+                }
+                let failures = failures + 1;
+                let wait = backoff(failures);
+                tracing::warn!(%error, retry_in = ?wait, "watch stream did not open");
+                Link::Down {
+                    retry_at: now + wait,
+                    failures,
+                }
+            }
+            (Link::Up(mut up), LinkEvent::Answer(answer)) => match answer {
+                Ok(Some(response)) => {
+                    up.liveness.heard(now);
+                    self.on_response(&mut up, response);
+                    Link::Up(up)
+                }
+                Ok(None) => {
+                    tracing::warn!(endpoint = %up.endpoint.url, "watch stream ended by the server; reopening");
+                    self.lose(up, Some(&Error::StreamClosed), now)
+                }
+                Err(error) => {
+                    tracing::warn!(endpoint = %up.endpoint.url, %error, "watch stream failed; reopening");
+                    self.lose(up, Some(&error), now)
+                }
+            },
+            (link, _) => link,
+        }
+    }
+
+    /// Leave the stream: tell the transport what went wrong with its member (so the next pick
+    /// avoids it), and queue every watch on it for a resume on the next stream.
+    pub(super) fn lose(&mut self, up: Box<Up>, error: Option<&Error>, now: Instant) -> Link {
+        if let (Some(error), Some(transport)) = (error, self.transport.upgrade()) {
+            transport.learn(&up.endpoint, error);
+        }
+        self.inner.set_endpoint(None);
+        let mut moved: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| matches!(e.state, State::Creating { .. } | State::Active { .. }))
+            .map(|(k, _)| *k)
+            .collect();
+        // Oldest watches first, as they were created.
+        moved.sort_unstable();
+        for key in moved {
+            if let Some(entry) = self.entries.get_mut(&key) {
+                entry.cursor.stream_lost();
+            }
+            self.enqueue(key);
+        }
+        if now - up.opened < MIN_STREAM_LIFE {
+            let failures = up.failures + 1;
+            Link::Down {
+                retry_at: now + backoff(failures),
+                failures,
+            }
+        } else {
+            Link::Down {
+                retry_at: now,
+                failures: 0,
+            }
+        }
+    }
+
+    /// Whether the stream should leave its member for another: the probers or other requests
+    /// found it dead, frozen or cut off (ejected) before our own silence limit did, and some
+    /// other member is not; or, for a require-leader stream, its member lost its leader (etcd
+    /// would cancel the stream within about 3 s anyway) while another member has one.
+    pub(super) fn better_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
+        let wanted: fn(HealthState) -> bool = match endpoint.state() {
+            HealthState::Ejected => |s| s != HealthState::Ejected,
+            HealthState::NoLeader if self.require_leader => |s| s == HealthState::Healthy,
+            _ => return false,
+        };
+        let Some(transport) = self.transport.upgrade() else {
+            return false;
+        };
+        transport
+            .balancer
+            .endpoints()
+            .iter()
+            .any(|e| !Arc::ptr_eq(e, endpoint) && wanted(e.state()))
+    }
+}
+
+/// The request that cancels watch `watch_id` on the stream.
+pub(super) fn cancel_request(watch_id: i64) -> WatchRequest {
+    WatchRequest {
+        request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id })),
+    }
+}
+
+/// For an open failure that no retry can cure (the client is gone, or it may not watch at
+/// all), a maker of copies of it to end every watch with; `None` for anything else, which is
+/// retried for as long as it takes (a cluster restarting says many odd things).
+fn fatal_copy(error: &Error) -> Option<fn() -> Error> {
+    match error {
+        Error::Shutdown => Some(|| Error::Shutdown),
+        Error::AuthFailed => Some(|| Error::AuthFailed),
+        Error::AuthRequired => Some(|| Error::AuthRequired),
+        Error::PermissionDenied => Some(|| Error::PermissionDenied),
+        _ => None,
+    }
+}
+
+/// Wait after the n-th consecutive failed open.
+pub(super) fn backoff(failures: u32) -> Duration {
+    (REOPEN_BACKOFF * failures).min(MAX_REOPEN_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reopen_backoff_is_short_and_capped() {
+        assert_eq!(backoff(1), REOPEN_BACKOFF);
+        assert_eq!(backoff(3), Duration::from_millis(300));
+        assert_eq!(backoff(100), MAX_REOPEN_BACKOFF);
+    }
+}

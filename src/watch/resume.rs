@@ -1,0 +1,236 @@
+//! Where one managed watch stands in the history: the revision it resumes from, fragment
+//! reassembly and de-duplication. No IO; the hub drives it (`hub.rs`) and the tests below pin
+//! the rules down.
+//!
+//! The rules (clientv3's `nextRev`, made exact):
+//!
+//! ```text
+//!  start revision S > 0   revision = S - 1            resume from S
+//!  start revision 0       revision unknown            create "from now" (0)
+//!    created at header H  revision = H                resume from H + 1 (pinned: a write
+//!                                                     during a failover is not missed)
+//!  events ..E (complete)  revision = E                resume from E + 1
+//!  sound progress P > rev revision = P                resume from P + 1
+//!  reloaded at H          revision = H                resume from H + 1
+//! ```
+//!
+//! `revision` only moves once a batch is in the consumer's buffer ([`Cursor::advance`]), so a
+//! batch that could not be handed over is asked for again after a resume. Events at or below
+//! `revision` are dropped: a batch is never handed over twice, whatever the server resends.
+
+use crate::proto::mvccpb::Event;
+
+/// The position of one managed watch.
+#[derive(Debug, Default)]
+pub(crate) struct Cursor {
+    /// Every event of the watch up to this revision has been handed over; `None` for a watch
+    /// from "now" until the server confirmed its creation.
+    revision: Option<i64>,
+    /// Events of a response that arrives in fragments, until its last fragment.
+    fragments: Vec<Event>,
+}
+
+/// The revision an event belongs to.
+fn mod_revision(event: &Event) -> i64 {
+    event.kv.as_ref().map_or(0, |kv| kv.mod_revision)
+}
+
+impl Cursor {
+    /// A watch asked to start at `start_revision` (0: from now).
+    pub(crate) fn new(start_revision: i64) -> Self {
+        Cursor {
+            revision: (start_revision > 0).then(|| start_revision - 1),
+            fragments: Vec::new(),
+        }
+    }
+
+    /// Every event up to this revision has been handed over (`None`: not pinned yet).
+    #[cfg(test)]
+    pub(crate) fn revision(&self) -> Option<i64> {
+        self.revision
+    }
+
+    /// The start revision of the next create request: right after what was handed over, or 0
+    /// ("from now") while the watch is not pinned yet.
+    pub(crate) fn resume_from(&self) -> i64 {
+        self.revision.map_or(0, |r| r + 1)
+    }
+
+    /// The server confirmed a create at `header_revision`. A watch from "now" is pinned to it:
+    /// the server delivers what comes after it, so that is where a resume must continue.
+    /// Returns the revision the watch now stands at.
+    pub(crate) fn created(&mut self, header_revision: i64) -> i64 {
+        self.fragments.clear();
+        *self.revision.get_or_insert(header_revision)
+    }
+
+    /// One response's events arrived. Returns the batch to hand over, `(last revision,
+    /// events)`, once a response is complete (its last fragment arrived) and only with events
+    /// newer than [`revision`](Self::revision); `None` while fragments are pending or when
+    /// nothing new is left.
+    pub(crate) fn events(
+        &mut self,
+        events: Vec<Event>,
+        fragment: bool,
+    ) -> Option<(i64, Vec<Event>)> {
+        if fragment {
+            self.fragments.extend(events);
+            return None;
+        }
+        let mut all = if self.fragments.is_empty() {
+            events
+        } else {
+            let mut all = std::mem::take(&mut self.fragments);
+            all.extend(events);
+            all
+        };
+        if let Some(floor) = self.revision {
+            all.retain(|e| mod_revision(e) > floor);
+        }
+        let last = mod_revision(all.last()?);
+        Some((last, all))
+    }
+
+    /// A batch up to `revision` is in the consumer's buffer.
+    pub(crate) fn advance(&mut self, revision: i64) {
+        self.revision = Some(self.revision.map_or(revision, |r| r.max(revision)));
+    }
+
+    /// A progress notification that proves every event up to `revision` was sent arrived:
+    /// the revision to report, when it says something new (and no fragmented response is half
+    /// received).
+    pub(crate) fn progress(&self, revision: i64) -> Option<i64> {
+        if !self.fragments.is_empty() {
+            return None;
+        }
+        match self.revision {
+            Some(r) if revision > r => Some(revision),
+            _ => None,
+        }
+    }
+
+    /// The stream broke or the watch was canceled: a half-received response is dropped (it
+    /// comes again, whole, after the resume).
+    pub(crate) fn stream_lost(&mut self) {
+        self.fragments.clear();
+    }
+
+    /// Whether a fragmented response is half received.
+    #[cfg(test)]
+    pub(crate) fn has_fragments(&self) -> bool {
+        !self.fragments.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::mvccpb::KeyValue;
+
+    fn ev(key: &str, rev: i64) -> Event {
+        Event {
+            kv: Some(KeyValue {
+                key: key.as_bytes().to_vec(),
+                mod_revision: rev,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn revs(events: &[Event]) -> Vec<i64> {
+        events.iter().map(mod_revision).collect()
+    }
+
+    #[test]
+    fn start_revision_sets_where_the_watch_resumes() {
+        let c = Cursor::new(10);
+        assert_eq!(c.revision(), Some(9));
+        assert_eq!(c.resume_from(), 10);
+        let c = Cursor::new(0);
+        assert_eq!(c.revision(), None);
+        assert_eq!(c.resume_from(), 0);
+    }
+
+    #[test]
+    fn a_watch_from_now_is_pinned_by_its_first_created_answer() {
+        let mut c = Cursor::new(0);
+        assert_eq!(c.created(41), 41);
+        assert_eq!(c.resume_from(), 42);
+        // A later create (after a failover) does not move it.
+        assert_eq!(c.created(50), 41);
+        assert_eq!(c.resume_from(), 42);
+    }
+
+    #[test]
+    fn events_move_the_cursor_only_once_handed_over() {
+        let mut c = Cursor::new(5);
+        let (rev, batch) = c.events(vec![ev("a", 5), ev("b", 7)], false).unwrap();
+        assert_eq!((rev, revs(&batch)), (7, vec![5, 7]));
+        // Not handed over (buffer full): the resume asks for the same events again.
+        assert_eq!(c.resume_from(), 5);
+        c.advance(rev);
+        assert_eq!(c.resume_from(), 8);
+    }
+
+    #[test]
+    fn events_at_or_below_the_revision_are_dropped() {
+        let mut c = Cursor::new(1);
+        c.advance(7);
+        // A resent overlap: only the new revision survives.
+        let (rev, batch) = c
+            .events(vec![ev("a", 6), ev("b", 7), ev("c", 8), ev("d", 8)], false)
+            .unwrap();
+        assert_eq!((rev, revs(&batch)), (8, vec![8, 8]));
+        c.advance(rev);
+        assert!(c.events(vec![ev("a", 8)], false).is_none());
+        assert!(c.events(Vec::new(), false).is_none());
+        // Advancing backwards never happens.
+        c.advance(3);
+        assert_eq!(c.revision(), Some(8));
+    }
+
+    #[test]
+    fn fragments_are_reassembled_into_one_batch() {
+        let mut c = Cursor::new(0);
+        c.created(9);
+        assert!(c.events(vec![ev("a", 10), ev("b", 10)], true).is_none());
+        assert!(c.has_fragments());
+        assert!(c.events(vec![ev("c", 10)], true).is_none());
+        // Progress is not reported in the middle of a fragmented revision.
+        assert_eq!(c.progress(12), None);
+        let (rev, batch) = c.events(vec![ev("d", 10)], false).unwrap();
+        assert_eq!(rev, 10);
+        let keys: Vec<_> = batch
+            .iter()
+            .map(|e| e.kv.as_ref().unwrap().key.clone())
+            .collect();
+        assert_eq!(keys, [b"a", b"b", b"c", b"d"]);
+        assert!(!c.has_fragments());
+    }
+
+    #[test]
+    fn a_broken_stream_drops_half_a_fragmented_response() {
+        let mut c = Cursor::new(0);
+        c.created(9);
+        assert!(c.events(vec![ev("a", 10)], true).is_none());
+        c.stream_lost();
+        assert_eq!(c.resume_from(), 10);
+        // The whole revision comes again after the resume, once.
+        let (_, batch) = c.events(vec![ev("a", 10), ev("b", 10)], false).unwrap();
+        assert_eq!(batch.len(), 2);
+    }
+
+    #[test]
+    fn progress_reports_only_news() {
+        let mut c = Cursor::new(0);
+        // Not pinned yet: nothing to say.
+        assert_eq!(c.progress(5), None);
+        c.created(5);
+        assert_eq!(c.progress(5), None);
+        assert_eq!(c.progress(4), None);
+        assert_eq!(c.progress(9), Some(9));
+        c.advance(9);
+        assert_eq!(c.resume_from(), 10);
+    }
+}

@@ -1,0 +1,364 @@
+//! The client-side Election and Mutex recipes against a real 3-member etcd: queue order,
+//! predecessor-only hand-over, observe, proclaim, fencing of an ex-leader, cancel-safety, and
+//! locks released by unlock, by closing the session and by losing it.
+//!
+//! Run against etcd 3.4 too: `ETCD_BIN=$(scripts/etcd-3.4.sh) cargo test --features testkit --test concurrency`.
+
+mod support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_ha::concurrency::{Election, Mutex};
+use etcd_ha::{Client, Error, GetOptions, PutOptions, Session, Txn, TxnOp};
+use futures_util::StreamExt;
+use tokio::task::JoinHandle;
+
+/// Bound on a step that should happen at once (a campaign without contenders, a hand-over).
+const PROMPT: Duration = Duration::from_secs(10);
+
+/// How long a waiter is watched to show that it really waits.
+const STILL_WAITING: Duration = Duration::from_millis(1500);
+
+/// Session TTL: long enough that only explicit resigns, unlocks and closes end a hold.
+const TTL: Duration = Duration::from_secs(30);
+
+/// Awaits `f`, which must finish within [`PROMPT`].
+async fn prompt<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PROMPT, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {PROMPT:?}"))
+}
+
+/// Checks that `waiter` is still blocked after [`STILL_WAITING`].
+async fn assert_waiting<T>(what: &str, waiter: &JoinHandle<T>) {
+    tokio::time::sleep(STILL_WAITING).await;
+    assert!(!waiter.is_finished(), "{what} should still be waiting");
+}
+
+/// How many keys are under `prefix/`.
+async fn queue_len(client: &Client, prefix: &str) -> i64 {
+    client
+        .kv()
+        .get(
+            format!("{prefix}/"),
+            GetOptions::new().with_prefix().with_count_only(),
+        )
+        .await
+        .unwrap()
+        .count
+}
+
+/// Waits until `prefix/` holds `n` keys (a waiter has queued, or withdrawn).
+async fn until_queue_len(client: &Client, prefix: &str, n: i64) {
+    prompt(&format!("{prefix} reaching {n} keys"), async {
+        while queue_len(client, prefix).await != n {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+async fn session(client: &Client) -> Session {
+    Session::new(client, TTL).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_queue_hands_over_in_order_and_observe_follows() {
+    let cluster = support::cluster3().await;
+    // Three candidates, three clients, as three processes would be.
+    let clients = [
+        support::client(&cluster).await,
+        support::client(&cluster).await,
+        support::client(&cluster).await,
+    ];
+    let name = support::unique("election/order");
+    let sessions = [
+        session(&clients[0]).await,
+        session(&clients[1]).await,
+        session(&clients[2]).await,
+    ];
+    let observer = Election::new(&clients[0], name.as_str());
+    assert_eq!(observer.leader().await.unwrap(), None);
+    let mut leaders = observer.observe();
+
+    let a = prompt(
+        "an uncontested campaign",
+        Election::new(&clients[0], name.as_str()).campaign(&sessions[0], "a"),
+    )
+    .await
+    .unwrap();
+    assert!(a.key().starts_with(format!("{name}/").as_bytes()));
+    let observed = prompt("observing a", leaders.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(observed.value, b"a");
+    assert_eq!(observed.create_revision, a.create_revision());
+
+    // b queues behind a, c behind b.
+    let spawn = |i: usize, value: &'static str| {
+        let election = Election::new(&clients[i], name.as_str());
+        let session = sessions[i].clone();
+        tokio::spawn(async move { election.campaign(&session, value).await })
+    };
+    let b = spawn(1, "b");
+    until_queue_len(&clients[0], &name, 2).await;
+    let c = spawn(2, "c");
+    until_queue_len(&clients[0], &name, 3).await;
+    assert_waiting("b behind a", &b).await;
+    assert!(!c.is_finished(), "c should wait behind b");
+
+    a.proclaim("a2").await.unwrap();
+    let observed = prompt("observing a's proclaim", leaders.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(observed.value, b"a2");
+    assert_eq!(
+        observer.leader().await.unwrap().unwrap().value,
+        b"a2",
+        "leader() reads the proclaimed value"
+    );
+
+    a.resign().await.unwrap();
+    let b = prompt("b taking over", b).await.unwrap().unwrap();
+    let observed = prompt("observing b", leaders.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(observed.value, b"b");
+    assert_eq!(observed.create_revision, b.create_revision());
+    assert_waiting("c behind b", &c).await;
+
+    b.resign().await.unwrap();
+    let c = prompt("c taking over", c).await.unwrap().unwrap();
+    let observed = prompt("observing c", leaders.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(observed.value, b"c");
+    c.resign().await.unwrap();
+    assert_eq!(observer.leader().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_waiter_skips_a_withdrawn_predecessor_and_cancel_removes_the_key() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let name = support::unique("election/withdraw");
+    let election = Election::new(&client, name.as_str());
+    let (s1, s2, s3) = (
+        session(&client).await,
+        session(&client).await,
+        session(&client).await,
+    );
+    let leader = election.campaign(&s1, "1").await.unwrap();
+
+    // 2 waits for a while and gives up: dropping the campaign future withdraws its key.
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(500), election.campaign(&s2, "2")).await;
+    assert!(gave_up.is_err(), "2 cannot lead while 1 does");
+    until_queue_len(&client, &name, 1).await;
+
+    // 2 queues again, 3 behind it; then 2 gives up (task aborted): 3 now waits for 1 only.
+    let two = {
+        let (election, s2) = (election.clone(), s2.clone());
+        tokio::spawn(async move { election.campaign(&s2, "2").await })
+    };
+    until_queue_len(&client, &name, 2).await;
+    let three = {
+        let (election, s3) = (election.clone(), s3.clone());
+        tokio::spawn(async move { election.campaign(&s3, "3").await })
+    };
+    until_queue_len(&client, &name, 3).await;
+    two.abort();
+    until_queue_len(&client, &name, 2).await;
+    assert_waiting("3 behind 1", &three).await;
+    leader.resign().await.unwrap();
+    let three = prompt("3 taking over from 1", three)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        election.leader().await.unwrap().unwrap().key,
+        three.key(),
+        "3 leads"
+    );
+
+    // A waiter whose session ends while it waits fails instead of waiting forever.
+    let waiter = {
+        let (election, s2) = (election.clone(), s2.clone());
+        tokio::spawn(async move { election.campaign(&s2, "2").await })
+    };
+    until_queue_len(&client, &name, 2).await;
+    s2.close().await.unwrap();
+    let failed = prompt("the orphaned waiter", waiter).await.unwrap();
+    assert!(
+        matches!(failed, Err(Error::LeaseNotFound)),
+        "a closed session ends the campaign: {failed:?}"
+    );
+    drop(three);
+    until_queue_len(&client, &name, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn election_fencing_stops_an_ex_leader() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let name = support::unique("election/fence");
+    let election = Election::new(&client, name.as_str());
+    let old_session = session(&client).await;
+    let old = election.campaign(&old_session, "old").await.unwrap();
+    let fence = old.fence();
+    let state = support::unique("election/fence-state");
+
+    let write = |value: &'static str| {
+        fence.guard(Txn::new().and_then([TxnOp::put(state.as_str(), value, PutOptions::new())]))
+    };
+    assert!(client.kv().txn(write("by old")).await.unwrap().succeeded);
+
+    // The old leader's session dies (as when its process is paused past the TTL); a new
+    // leader is elected.
+    client.lease().revoke(old_session.lease_id()).await.unwrap();
+    let new_session = session(&client).await;
+    let new = prompt("the next leader", election.campaign(&new_session, "new"))
+        .await
+        .unwrap();
+    assert!(new.create_revision() > old.create_revision());
+
+    // Everything the ex-leader tries now fails, atomically.
+    assert!(
+        !client
+            .kv()
+            .txn(write("late write by old"))
+            .await
+            .unwrap()
+            .succeeded
+    );
+    assert!(matches!(
+        old.proclaim("still me?").await,
+        Err(Error::Fenced { .. })
+    ));
+    let got = client
+        .kv()
+        .get(state.as_str(), GetOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(got.kvs[0].value, b"by old");
+    let by_new =
+        new.txn(Txn::new().and_then([TxnOp::put(state.as_str(), "by new", PutOptions::new())]));
+    assert!(client.kv().txn(by_new).await.unwrap().succeeded);
+    // Resigning a lost leadership is a no-op, not an error, and leaves the new leader alone.
+    old.resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap().unwrap().value, b"new");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_waits_for_unlock_and_try_lock_reports_held() {
+    let cluster = support::cluster3().await;
+    let (c1, c2) = (
+        support::client(&cluster).await,
+        support::client(&cluster).await,
+    );
+    let name = support::unique("lock/basic");
+    let mutex = Mutex::new(name.as_str());
+    let (s1, s2) = (session(&c1).await, session(&c2).await);
+
+    let held = prompt("an uncontested lock", mutex.lock(&s1))
+        .await
+        .unwrap();
+    assert!(held.key().starts_with(format!("{name}/").as_bytes()));
+    assert!(held.create_revision() > 0);
+
+    // try_lock on a held lock: None, and nothing left in the queue.
+    assert!(mutex.try_lock(&s2).await.unwrap().is_none());
+    assert_eq!(queue_len(&c1, &name).await, 1);
+
+    let waiter = {
+        let (mutex, s2) = (mutex.clone(), s2.clone());
+        tokio::spawn(async move { mutex.lock(&s2).await })
+    };
+    until_queue_len(&c1, &name, 2).await;
+    assert_waiting("the second locker", &waiter).await;
+    let first_fence = held.fence();
+    held.unlock().await.unwrap();
+    let second = prompt("the second locker", waiter).await.unwrap().unwrap();
+
+    // The fence: the first holder's guarded write fails now, the second's succeeds.
+    let k = support::unique("lock/basic-state");
+    assert!(
+        !c1.kv()
+            .txn(first_fence.guard(Txn::new().and_then([TxnOp::put(
+                k.as_str(),
+                "x",
+                PutOptions::new()
+            )])))
+            .await
+            .unwrap()
+            .succeeded
+    );
+    assert!(
+        c2.kv()
+            .txn(second.txn(Txn::new().and_then([TxnOp::put(k.as_str(), "y", PutOptions::new())])))
+            .await
+            .unwrap()
+            .succeeded
+    );
+
+    // Dropping the guard unlocks too (in the background).
+    drop(second);
+    until_queue_len(&c1, &name, 0).await;
+    let again = prompt("try_lock on a free lock", mutex.try_lock(&s1))
+        .await
+        .unwrap();
+    assert!(again.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_is_released_when_its_session_is_closed_or_lost() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let name = support::unique("lock/session");
+    let mutex = Mutex::new(name.as_str());
+
+    // Closed: the holder closes its session; the waiter gets the lock.
+    let holder = session(&client).await;
+    let guard = mutex.lock(&holder).await.unwrap();
+    let next = session(&client).await;
+    let waiter = {
+        let (mutex, next) = (mutex.clone(), next.clone());
+        tokio::spawn(async move { mutex.lock(&next).await })
+    };
+    until_queue_len(&client, &name, 2).await;
+    assert_waiting("the waiter", &waiter).await;
+    holder.close().await.unwrap();
+    let second = prompt("taking over from a closed session", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    // The old guard's unlock is harmless now.
+    guard.unlock().await.unwrap();
+    assert_eq!(queue_len(&client, &name).await, 1);
+
+    // Lost: a holder whose lease runs out (its process died: nothing renews it).
+    let short = Session::new(&client, Duration::from_secs(2)).await.unwrap();
+    second.unlock().await.unwrap();
+    let dying = mutex.lock(&short).await.unwrap();
+    short.lease().stop();
+    let waiter = {
+        let (mutex, next) = (mutex.clone(), next.clone());
+        tokio::spawn(async move { mutex.lock(&next).await })
+    };
+    let began = tokio::time::Instant::now();
+    let third = prompt("taking over from a lost session", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    eprintln!(
+        "lock taken over {:?} after the holder stopped renewing",
+        began.elapsed()
+    );
+    assert!(third.create_revision() > dying.create_revision());
+    drop(dying);
+}
