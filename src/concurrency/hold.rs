@@ -57,7 +57,8 @@ pub enum LostReason {
     /// The lease expired: the server said so, or its conservative local expiry passed without a
     /// renewal (the server's expiry is never earlier).
     LeaseExpired,
-    /// No endpoint was healthy for this long, more than the configured bound.
+    /// No endpoint was healthy (and, for a leader, no lease renewal was answered) for this
+    /// long, more than the configured bound.
     EtcdUnavailable {
         /// How long etcd had been unavailable when this was decided.
         duration: Duration,

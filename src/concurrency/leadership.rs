@@ -54,6 +54,9 @@ pub const DEFAULT_CAMPAIGN_LIMIT: usize = 3;
 /// Default window of the campaign limit: PD's `campaignTimesRecordTimeout`.
 pub const DEFAULT_CAMPAIGN_WINDOW: Duration = Duration::from_secs(5 * 60);
 
+/// Grants per campaign when the first ones come back with too little of their TTL left.
+const FRESH_LEASE_ATTEMPTS: usize = 3;
+
 /// The leader as read from etcd: its key-value and the revision it was read at (where a watch
 /// of it starts).
 ///
@@ -235,8 +238,9 @@ impl Leadership {
         self
     }
 
-    /// How long etcd may be unavailable (no endpoint of the client healthy) before the leader
-    /// steps down and a follower's [`watch`](Self::watch) returns. Keep it below the TTL.
+    /// How long etcd may be unavailable (no endpoint of the client healthy and, for the leader,
+    /// no lease renewal answered) before the leader steps down and a follower's
+    /// [`watch`](Self::watch) returns. Keep it below the TTL.
     /// Default [`DEFAULT_UNAVAILABLE_BOUND`].
     ///
     /// ```no_run
@@ -329,7 +333,7 @@ impl Leadership {
     /// ```
     pub async fn campaign(&self) -> Result<Campaign> {
         self.check_limit()?;
-        let lease = self.client.keeper().grant(self.ttl).await?;
+        let lease = self.fresh_lease().await?;
         let txn = Txn::new()
             .when([Compare::create_revision(
                 self.key.clone(),
@@ -466,6 +470,27 @@ impl Leadership {
     fn limit_record(&self) {
         let mut limit = self.limit.lock().unwrap_or_else(|e| e.into_inner());
         limit.record(Instant::now());
+    }
+
+    /// A newly granted lease with most of its TTL ahead of it.
+    ///
+    /// The keeper counts a lease's first local expiry from when the grant was *sent*; a grant
+    /// sent during an outage and answered only once etcd is back (the client retries it inside
+    /// the call) may be nearly expired on arrival, and winning with it would lose the
+    /// leadership right away. Such a lease is given up and granted again, which with etcd back
+    /// takes milliseconds.
+    async fn fresh_lease(&self) -> Result<KeptLease> {
+        let mut attempt = 1;
+        loop {
+            let lease = self.client.keeper().grant(self.ttl).await?;
+            let left = lease.expires_at().saturating_duration_since(Instant::now());
+            if left >= lease.ttl() / 2 || attempt == FRESH_LEASE_ATTEMPTS {
+                return Ok(lease);
+            }
+            tracing::debug!(?left, "the grant took long; granting again");
+            self.abandon(lease);
+            attempt += 1;
+        }
     }
 
     /// Give up a lease we did not win with: stop renewing and revoke it in the background.
