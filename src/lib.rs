@@ -46,7 +46,9 @@
 //! fails a request or a probe is ejected at once and comes back through probation. Calls that
 //! need the leader go to it while it is healthy; writes are retried only when they provably
 //! never left the client or were refused before etcd did anything; reads are retried on any
-//! transient failure and hedged to another member when slow.
+//! transient failure and hedged to another member when slow. Managed watches
+//! ([`Watch::watch`]) share one stream that moves to another member when its own fails, falls
+//! silent or loses its leader, and resume there so that every event arrives exactly once.
 //!
 //! # Example
 //!

@@ -291,3 +291,37 @@ impl std::fmt::Debug for WatchStream {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_is_resumed_once_by_whoever_sees_half_the_buffer_free() {
+        let control = Control::default();
+        // Not paused: nothing to resume.
+        assert!(!control.should_resume(0));
+        control.paused.store(true, Ordering::SeqCst);
+        // Still more than half full: keep paused.
+        assert!(!control.should_resume(BUFFER / 2 + 1));
+        assert!(control.paused.load(Ordering::SeqCst));
+        // Half drained: exactly one caller (stream or hub) gets to resume it.
+        assert!(control.should_resume(BUFFER / 2));
+        assert!(!control.should_resume(0));
+    }
+
+    #[test]
+    fn the_last_item_is_handed_over_once() {
+        let control = Control::default();
+        control.set_last(Ok(WatchBatch::Compacted {
+            compact_revision: 9,
+        }));
+        assert!(matches!(
+            control.take_last(),
+            Some(Ok(WatchBatch::Compacted {
+                compact_revision: 9
+            }))
+        ));
+        assert!(control.take_last().is_none());
+    }
+}
