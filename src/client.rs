@@ -9,7 +9,8 @@ use crate::auth::Auth;
 use crate::cluster::Cluster;
 use crate::election::Election;
 use crate::endpoint;
-use crate::endpoint::{EndpointInfo, RaftView};
+use crate::endpoint::EndpointInfo;
+use crate::endpoint::prober::record_status;
 use crate::error::{Error, Result};
 use crate::keeper::Keeper;
 use crate::kv::Kv;
@@ -271,16 +272,7 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
         match tokio::time::timeout_at(deadline, attempts.next()).await {
             Err(_) | Ok(None) => return Err(last),
             Ok(Some((ep, latency, Ok(status)))) => {
-                let status = status.into_inner();
-                let view = RaftView {
-                    member_id: status.header.as_ref().map(|h| h.member_id).unwrap_or(0),
-                    leader_id: status.leader,
-                    raft_term: status.raft_term,
-                };
-                ep.set_raft(view);
-                transport
-                    .balancer
-                    .observe_leader(view.leader_id, view.raft_term);
+                let view = record_status(transport, ep, &status.into_inner());
                 ep.on_probe_ok(view.leader_id != 0, latency);
                 return Ok(ep.url.clone());
             }

@@ -158,6 +158,24 @@ pub enum Error {
     #[error("authentication is not enabled")]
     AuthNotEnabled,
 
+    /// `etcdserver: mvcc: database space exceeded`: the NOSPACE alarm is raised; writes are
+    /// refused until space is freed (compact, defragment) and the alarm is deactivated.
+    #[error("database space exceeded (NOSPACE alarm)")]
+    NoSpace,
+
+    /// A learner cannot be promoted before it has caught up with the leader.
+    #[error("learner is not in sync with the leader yet")]
+    LearnerNotReady,
+
+    /// `election: no leader`: the (server-side) election has no leader. Unlike
+    /// [`Error::NoLeader`], this is about the election, not about raft.
+    #[error("the election has no leader")]
+    ElectionNoLeader,
+
+    /// `election: not leader`: the leader key given does not lead the election (any more).
+    #[error("not the leader of the election")]
+    ElectionNotLeader,
+
     /// A member id named in the request is not in the cluster.
     #[error("member not found")]
     MemberNotFound,
@@ -285,6 +303,12 @@ impl Error {
             "user name is empty" => return Error::AuthRequired,
             "authentication is not enabled" => return Error::AuthNotEnabled,
             "member not found" => return Error::MemberNotFound,
+            "mvcc: database space exceeded" => return Error::NoSpace,
+            "can only promote a learner member which is in sync with leader" => {
+                return Error::LearnerNotReady;
+            }
+            "election: no leader" => return Error::ElectionNoLeader,
+            "election: not leader" => return Error::ElectionNotLeader,
             _ => {}
         }
         if tail.starts_with("request timed out") || is_client_timeout(&status) {
@@ -412,6 +436,20 @@ mod tests {
         assert!(matches!(
             map(Status::invalid_argument("etcdserver: key is not provided")),
             Error::InvalidRequest(_)
+        ));
+        assert!(matches!(
+            map(Status::resource_exhausted(
+                "etcdserver: mvcc: database space exceeded"
+            )),
+            Error::NoSpace
+        ));
+        assert!(matches!(
+            map(Status::unknown("election: no leader")),
+            Error::ElectionNoLeader
+        ));
+        assert!(matches!(
+            map(Status::unknown("election: not leader")),
+            Error::ElectionNotLeader
         ));
     }
 

@@ -152,17 +152,14 @@ async fn election_campaign_proclaim_observe_and_hand_over() {
     );
 }
 
-/// The Election service's own failures ("election: no leader", "election: not leader") come
-/// from etcd's concurrency package as plain Go errors, so gRPC carries them with code Unknown.
-/// The client has no variants for them (mapping them to `NoLeader` / `NotLeader` would be wrong:
-/// those mean a raft condition that a retry on another member can fix), so they stay whole.
+/// The Election service's own failures ("election: no leader", "election: not leader") have
+/// variants of their own: mapping them to `NoLeader` / `NotLeader` would be wrong, those mean a
+/// raft condition that a retry on another member can fix.
 fn assert_election_error(result: etcd_ha::Result<impl std::fmt::Debug>, message: &str) {
-    match result {
-        Err(Error::Grpc(status)) => {
-            assert_eq!(status.code(), tonic::Code::Unknown);
-            assert_eq!(status.message(), message);
-        }
-        other => panic!("expected {message:?}, got {other:?}"),
+    match (result, message) {
+        (Err(Error::ElectionNoLeader), "election: no leader") => {}
+        (Err(Error::ElectionNotLeader), "election: not leader") => {}
+        (other, _) => panic!("expected {message:?}, got {other:?}"),
     }
 }
 

@@ -15,7 +15,7 @@ use tonic::Request;
 
 use super::{Endpoint, Failure, HealthState, RaftView};
 use crate::error::Error;
-use crate::proto::etcdserverpb::{RangeRequest, StatusRequest};
+use crate::proto::etcdserverpb::{RangeRequest, StatusRequest, StatusResponse};
 use crate::transport::Transport;
 
 /// Probes one endpoint until it leaves the set or the client goes away.
@@ -70,6 +70,25 @@ impl Prober {
     }
 }
 
+/// Record what a Status answer from `ep` says: its member id and raft view on the endpoint, the
+/// leader on the balancer.
+pub(crate) fn record_status(
+    transport: &Transport,
+    ep: &Endpoint,
+    status: &StatusResponse,
+) -> RaftView {
+    let view = RaftView {
+        member_id: status.header.as_ref().map(|h| h.member_id).unwrap_or(0),
+        leader_id: status.leader,
+        raft_term: status.raft_term,
+    };
+    ep.set_raft(view);
+    transport
+        .balancer
+        .observe_leader(view.leader_id, view.raft_term);
+    view
+}
+
 /// One probe of `ep`; records the result on the endpoint and the leader on the balancer.
 pub(crate) async fn probe(transport: &Transport, ep: &Endpoint) {
     let timeout = transport.options.probe_timeout;
@@ -98,15 +117,7 @@ pub(crate) async fn probe(transport: &Transport, ep: &Endpoint) {
             return;
         }
     };
-    let view = RaftView {
-        member_id: status.header.as_ref().map(|h| h.member_id).unwrap_or(0),
-        leader_id: status.leader,
-        raft_term: status.raft_term,
-    };
-    ep.set_raft(view);
-    transport
-        .balancer
-        .observe_leader(view.leader_id, view.raft_term);
+    let view = record_status(transport, ep, &status);
     if view.leader_id == 0 {
         ep.on_probe_ok(false, started.elapsed());
         return;
