@@ -762,6 +762,35 @@ impl Transport {
         Ok((tx, stream))
     }
 
+    /// [`open_bidi`](Self::open_bidi) for long-lived background streams (lease keep-alive,
+    /// shared watch): the whole open is bounded by `limit`, and the endpoint serving the stream
+    /// is returned too, so that the task owning the stream can blame it when the stream dies.
+    pub(crate) async fn open_supervised<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        first: Req,
+        limit: Duration,
+        call: F,
+    ) -> Result<(
+        tokio::sync::mpsc::Sender<Req>,
+        crate::stream::ResponseStream<Resp>,
+        Arc<Endpoint>,
+    )>
+    where
+        Req: Clone + Send + 'static,
+        F: Fn(Conn, Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
+    {
+        let opening = self.open_bidi(rpc, Target::Any, Deadline::Default, first, call);
+        let (tx, answers) = tokio::time::timeout(limit, opening)
+            .await
+            .map_err(|_| Error::Timeout)??;
+        let endpoint = self.endpoint(answers.endpoint())?;
+        Ok((tx, answers, endpoint))
+    }
+
     /// Open a server stream: like [`unary`](Self::unary) but the response is a stream.
     pub(crate) async fn open_server_stream<Req, Resp, F, Fut>(
         &self,

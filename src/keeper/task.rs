@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-use crate::transport::{Deadline, Target, Transport};
+use crate::transport::Transport;
 
 /// How often an open stream's member is checked for ejection: a member the probers found dead
 /// or frozen is left before the stream's own silence limit would notice.
@@ -304,18 +304,14 @@ impl KeeperTask {
         let limit = self.open_limit;
         let open = async move {
             let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            let opening = transport.open_bidi(
-                Rpc::LeaseKeepAlive,
-                Target::Any,
-                Deadline::Default,
-                LeaseKeepAliveRequest { id: first },
-                |c, r| async move { c.lease().lease_keep_alive(r).await },
-            );
-            let (tx, answers) = tokio::time::timeout(limit, opening)
+            transport
+                .open_supervised(
+                    Rpc::LeaseKeepAlive,
+                    LeaseKeepAliveRequest { id: first },
+                    limit,
+                    |c, r| async move { c.lease().lease_keep_alive(r).await },
+                )
                 .await
-                .map_err(|_| Error::Timeout)??;
-            let endpoint = transport.endpoint(answers.endpoint())?;
-            Ok((tx, answers, endpoint))
         };
         Link::Opening {
             open: Box::pin(open),

@@ -23,7 +23,6 @@ use crate::proto::etcdserverpb::{
 };
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-use crate::transport::{Deadline, Target};
 
 /// How often an open stream's member is checked for ejection: a member the probers found dead
 /// or cut off is left before the stream's own silence limit would notice.
@@ -269,18 +268,11 @@ impl HubTask {
         let limit = self.open_limit;
         let open = async move {
             let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            let opening = transport.open_bidi(
-                Rpc::Watch,
-                Target::Any,
-                Deadline::Default,
-                first,
-                |c, r| async move { c.watch().watch(r).await },
-            );
-            let (tx, answers) = tokio::time::timeout(limit, opening)
+            transport
+                .open_supervised(Rpc::Watch, first, limit, |c, r| async move {
+                    c.watch().watch(r).await
+                })
                 .await
-                .map_err(|_| Error::Timeout)??;
-            let endpoint = transport.endpoint(answers.endpoint())?;
-            Ok((tx, answers, endpoint))
         };
         Link::Opening {
             open: Box::pin(open),
