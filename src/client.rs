@@ -6,6 +6,7 @@ use std::sync::Arc;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::auth::Auth;
+use crate::channel::BalancedChannel;
 use crate::cluster::Cluster;
 use crate::election::Election;
 use crate::endpoint;
@@ -88,6 +89,24 @@ impl Client {
         }
         tracing::debug!(endpoints = ?urls, first = %first, "connected");
         Ok(Client { transport })
+    }
+
+    /// The client's endpoints as one tower `Service`, for etcd's generated gRPC clients and
+    /// tower layers: the same routing, health and leader tracking as the typed API, without its
+    /// retries (see [`BalancedChannel`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> Result<(), tonic::Status> {
+    /// use etcd_ha::proto::etcdserverpb::{RangeRequest, kv_client::KvClient};
+    ///
+    /// let mut kv = KvClient::new(client.balanced_channel());
+    /// let got = kv.range(RangeRequest { key: b"k".to_vec(), ..Default::default() }).await?;
+    /// println!("{} keys", got.into_inner().count);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn balanced_channel(&self) -> BalancedChannel {
+        BalancedChannel::new(self.transport.clone())
     }
 
     /// Keys, values and transactions.

@@ -12,6 +12,7 @@
 //! endpoint/       one member endpoint: url.rs (parsing, channel), health.rs (the state
 //!                 machine), prober.rs (active probes), sync.rs (member sync)
 //! balance/        the endpoint set and the leader (mod.rs), pick policies (pick.rs)
+//! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
 //! retry.rs        the retry policy: failure class x idempotency, linear backoff + jitter
 //! transport.rs    how every call leaves the client: pick, token, require-leader, deadline,
 //!                 retry, hedging; and what a failure teaches the balancer
@@ -82,6 +83,7 @@
 
 mod auth;
 mod balance;
+mod channel;
 mod client;
 mod cluster;
 pub mod concurrency;
@@ -111,6 +113,7 @@ pub mod testkit;
 
 pub use auth::{Auth, PermissionType};
 pub use balance::{Candidate, LeaderFirst, PickPolicy};
+pub use channel::BalancedChannel;
 pub use client::Client;
 pub use cluster::Cluster;
 pub use election::Election;

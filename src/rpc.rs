@@ -90,6 +90,121 @@ pub enum Rpc {
 }
 
 impl Rpc {
+    /// Every RPC once, in the order of the `.proto` files. Where a row has a flag, the
+    /// conservative one is listed: a Range that must be linearizable, a Txn that may write, an
+    /// Alarm that may change something. That is what a request is taken for when only its gRPC
+    /// path is known (see [`Rpc::from_path`]).
+    pub const ALL: [Rpc; 48] = {
+        use Rpc::*;
+        [
+            Range {
+                serializable: false,
+            },
+            Put,
+            DeleteRange,
+            Txn { read_only: false },
+            Compact,
+            Watch,
+            LeaseGrant,
+            LeaseRevoke,
+            LeaseKeepAlive,
+            LeaseTimeToLive,
+            LeaseLeases,
+            MemberAdd,
+            MemberRemove,
+            MemberUpdate,
+            MemberList,
+            MemberPromote,
+            Alarm { get: false },
+            Status,
+            Defragment,
+            Hash,
+            HashKv,
+            Snapshot,
+            MoveLeader,
+            Downgrade,
+            AuthEnable,
+            AuthDisable,
+            AuthStatus,
+            Authenticate,
+            UserAdd,
+            UserGet,
+            UserList,
+            UserDelete,
+            UserChangePassword,
+            UserGrantRole,
+            UserRevokeRole,
+            RoleAdd,
+            RoleGet,
+            RoleList,
+            RoleDelete,
+            RoleGrantPermission,
+            RoleRevokePermission,
+            Campaign,
+            Proclaim,
+            Leader,
+            Observe,
+            Resign,
+            Lock,
+            Unlock,
+        ]
+    };
+
+    /// The RPC a gRPC request path names (`/etcdserverpb.KV/Put`), or `None` for a method that
+    /// is not etcd's. The path cannot tell a serializable Range, a read-only Txn or an alarm
+    /// listing from their stricter kin, so it yields the stricter row of [`Rpc::ALL`]: such
+    /// calls go to the leader, which is always correct and only sometimes slower.
+    ///
+    /// ```
+    /// use etcd_ha::rpc::Rpc;
+    /// assert_eq!(Rpc::from_path("/etcdserverpb.KV/Put"), Some(Rpc::Put));
+    /// assert_eq!(Rpc::from_path("/etcdserverpb.KV/Range"), Some(Rpc::Range { serializable: false }));
+    /// assert_eq!(Rpc::from_path("/v3lockpb.Lock/Lock"), Some(Rpc::Lock));
+    /// assert_eq!(Rpc::from_path("/grpc.health.v1.Health/Check"), None);
+    /// ```
+    pub fn from_path(path: &str) -> Option<Rpc> {
+        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+        Rpc::ALL
+            .into_iter()
+            .find(|rpc| rpc.service() == service && rpc.name() == method)
+    }
+
+    /// The fully qualified gRPC service that serves this RPC.
+    ///
+    /// ```
+    /// use etcd_ha::rpc::Rpc;
+    /// assert_eq!(Rpc::Put.service(), "etcdserverpb.KV");
+    /// assert_eq!(Rpc::Campaign.service(), "v3electionpb.Election");
+    /// ```
+    pub fn service(self) -> &'static str {
+        use Rpc::*;
+        match self {
+            Range { .. } | Put | DeleteRange | Txn { .. } | Compact => "etcdserverpb.KV",
+            Watch => "etcdserverpb.Watch",
+            LeaseGrant | LeaseRevoke | LeaseKeepAlive | LeaseTimeToLive | LeaseLeases => {
+                "etcdserverpb.Lease"
+            }
+            MemberAdd | MemberRemove | MemberUpdate | MemberList | MemberPromote => {
+                "etcdserverpb.Cluster"
+            }
+            Alarm { .. }
+            | Status
+            | Defragment
+            | Hash
+            | HashKv
+            | Snapshot
+            | MoveLeader
+            | Downgrade => "etcdserverpb.Maintenance",
+            AuthEnable | AuthDisable | AuthStatus | Authenticate | UserAdd | UserGet | UserList
+            | UserDelete | UserChangePassword | UserGrantRole | UserRevokeRole | RoleAdd
+            | RoleGet | RoleList | RoleDelete | RoleGrantPermission | RoleRevokePermission => {
+                "etcdserverpb.Auth"
+            }
+            Campaign | Proclaim | Leader | Observe | Resign => "v3electionpb.Election",
+            Lock | Unlock => "v3lockpb.Lock",
+        }
+    }
+
     /// Where this request should go.
     ///
     /// ```
@@ -204,6 +319,24 @@ impl Rpc {
         }
     }
 
+    /// Whether the server may hold the call open for long by design: streams (watch, keep-alive,
+    /// snapshot, observe) and calls that wait for something (Campaign and Lock wait for their
+    /// turn, Defragment rewrites the whole database). Silence from a member on such a call says
+    /// nothing about its health.
+    ///
+    /// ```
+    /// use etcd_ha::rpc::Rpc;
+    /// assert!(Rpc::Lock.holds_open());
+    /// assert!(!Rpc::Put.holds_open());
+    /// ```
+    pub fn holds_open(self) -> bool {
+        use Rpc::*;
+        matches!(
+            self,
+            Watch | LeaseKeepAlive | Snapshot | Observe | Campaign | Lock | Defragment
+        )
+    }
+
     /// The gRPC method name, for logs and metrics.
     ///
     /// ```
@@ -267,6 +400,39 @@ impl Rpc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_path_names_one_rpc() {
+        let mut paths = std::collections::HashSet::new();
+        for rpc in Rpc::ALL {
+            let path = format!("/{}/{}", rpc.service(), rpc.name());
+            assert!(paths.insert(path.clone()), "{path} twice");
+            assert_eq!(Rpc::from_path(&path), Some(rpc), "{path}");
+        }
+        // Variants with a flag all sit in ALL through their strict form.
+        assert!(Rpc::ALL.contains(&Rpc::Txn { read_only: false }));
+        assert_eq!(Rpc::from_path("/etcdserverpb.KV"), None);
+        assert_eq!(Rpc::from_path("etcdserverpb.KV/Put"), None);
+        assert_eq!(Rpc::from_path("/etcdserverpb.Lease/Put"), None);
+    }
+
+    #[test]
+    fn paths_match_the_generated_clients() {
+        // The generated clients' own path constants, as they go on the wire.
+        let generated = [
+            include_str!(concat!(env!("OUT_DIR"), "/etcdserverpb.rs")),
+            include_str!(concat!(env!("OUT_DIR"), "/v3electionpb.rs")),
+            include_str!(concat!(env!("OUT_DIR"), "/v3lockpb.rs")),
+        ]
+        .concat();
+        for rpc in Rpc::ALL {
+            let path = format!("\"/{}/{}\"", rpc.service(), rpc.name());
+            assert!(
+                generated.contains(&path),
+                "{path} not in the generated code"
+            );
+        }
+    }
 
     #[test]
     fn mutations_are_at_most_once() {

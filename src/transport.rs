@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Request;
-use tonic::metadata::AsciiMetadataValue;
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use tonic::transport::{Channel, ClientTlsConfig};
 
 use crate::balance::Balancer;
@@ -205,15 +205,19 @@ impl Transport {
     /// Attach the auth token and, for calls that need a leader, `hasleader=true`; returns the
     /// token generation used and whether a token went out.
     pub(crate) fn decorate<T>(&self, rpc: Rpc, request: &mut Request<T>) -> (u64, bool) {
+        self.decorate_metadata(rpc, request.metadata_mut())
+    }
+
+    /// [`Transport::decorate`] on bare metadata (requests that arrive as HTTP, through
+    /// [`BalancedChannel`](crate::BalancedChannel)).
+    pub(crate) fn decorate_metadata(&self, rpc: Rpc, metadata: &mut MetadataMap) -> (u64, bool) {
         if self.options.require_leader && rpc.requires_leader() {
-            request
-                .metadata_mut()
-                .insert(HAS_LEADER_KEY, AsciiMetadataValue::from_static("true"));
+            metadata.insert(HAS_LEADER_KEY, AsciiMetadataValue::from_static("true"));
         }
         match &self.token {
             Some(cell) => {
-                let generation = cell.attach(request.metadata_mut());
-                let sent = request.metadata().contains_key(crate::token::TOKEN_KEY);
+                let generation = cell.attach(metadata);
+                let sent = metadata.contains_key(crate::token::TOKEN_KEY);
                 (generation, sent)
             }
             None => (0, false),
@@ -264,7 +268,7 @@ impl Transport {
     /// After losing the leader, wait (bounded by the leader grace and the deadline) until a new
     /// one is known, so that a leader-bound call is not sent to a follower that would forward it
     /// to the lost leader and hang. Probes are woken so the new leader is found quickly.
-    async fn await_leader(&self, rpc: Rpc, target: &Target, deadline: Option<Instant>) {
+    pub(crate) async fn await_leader(&self, rpc: Rpc, target: &Target, deadline: Option<Instant>) {
         if !matches!(target, Target::Any) || rpc.route() != Route::Leader {
             return;
         }
@@ -287,7 +291,12 @@ impl Transport {
     }
 
     /// The endpoint for the next attempt.
-    fn pick(&self, rpc: Rpc, target: &Target, tried: &[Arc<str>]) -> Result<Arc<Endpoint>> {
+    pub(crate) fn pick(
+        &self,
+        rpc: Rpc,
+        target: &Target,
+        tried: &[Arc<str>],
+    ) -> Result<Arc<Endpoint>> {
         match target {
             Target::Member(ep) => Ok(ep.clone()),
             Target::Any => self
@@ -676,19 +685,28 @@ impl Transport {
 /// every member that has owed an answer for longer than the hedge delay is blamed like a
 /// timeout: a frozen or black-holed member is then ejected by the very calls it stalls, not
 /// only by the next probe.
-struct Abandoned<'a> {
+pub(crate) struct Abandoned<'a> {
     transport: &'a Transport,
     waiting: Vec<(Arc<Endpoint>, Instant)>,
     /// How long an answer may be owed before silence counts against the member.
     threshold: Duration,
 }
 
-impl Abandoned<'_> {
-    fn push(&mut self, ep: &Arc<Endpoint>) {
+impl<'a> Abandoned<'a> {
+    /// Nothing owed yet; silence longer than `threshold` will count.
+    pub(crate) fn new(transport: &'a Transport, threshold: Duration) -> Self {
+        Abandoned {
+            transport,
+            waiting: Vec::new(),
+            threshold,
+        }
+    }
+
+    pub(crate) fn push(&mut self, ep: &Arc<Endpoint>) {
         self.waiting.push((ep.clone(), Instant::now()));
     }
 
-    fn answered(&mut self, ep: &Arc<Endpoint>) {
+    pub(crate) fn answered(&mut self, ep: &Arc<Endpoint>) {
         if let Some(i) = self.waiting.iter().position(|(w, _)| Arc::ptr_eq(w, ep)) {
             self.waiting.swap_remove(i);
         }
@@ -708,7 +726,7 @@ impl Drop for Abandoned<'_> {
 /// Whether a failed call should log in again and be retried once: etcd rejected the token
 /// (expired, or older than an auth change), or the call went without one (auth was off when the
 /// client last logged in) and etcd now wants a user.
-fn wants_login(err: &Error, sent_token: bool) -> bool {
+pub(crate) fn wants_login(err: &Error, sent_token: bool) -> bool {
     match err {
         Error::InvalidAuthToken | Error::AuthRequired => true,
         // Without a token, `--client-cert-auth` makes the certificate's CN the user; its denial

@@ -503,6 +503,39 @@ async fn expired_token_is_renewed_once_for_all_waiting_requests() {
         .await
         .unwrap();
     assert_eq!(all.count, 20);
+
+    // Etcd's generated client over the balanced channel: the token goes on every call; a call
+    // that meets an expired token fails (its body cannot be sent twice) and renews it, once,
+    // for the next call.
+    use etcd_ha::proto::etcdserverpb::{PutRequest, kv_client::KvClient};
+    let mut raw = KvClient::new(client.balanced_channel());
+    let put = |value: &str| PutRequest {
+        key: format!("{key}/raw").into_bytes(),
+        value: value.as_bytes().to_vec(),
+        ..Default::default()
+    };
+    raw.put(put("fresh-token")).await.expect("token attached");
+    let debug = format!("{:?}", client.balanced_channel());
+    assert!(
+        !debug.contains(ROOT_PASSWORD) && !has_simple_token(&debug),
+        "{debug}"
+    );
+    let logins = authenticate_calls(&cluster).await;
+    tokio::time::sleep(TOKEN_EXPIRY_WAIT).await;
+    let refused = raw
+        .put(put("stale-token"))
+        .await
+        .expect_err("token expired");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    raw.put(put("renewed"))
+        .await
+        .expect("the next call has a fresh token");
+    assert_eq!(authenticate_calls(&cluster).await - logins, 1, "one login");
+    let got = kv
+        .get(format!("{key}/raw"), GetOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(got.kvs[0].value, b"renewed");
 }
 
 /// A listener that counts the connections it accepts and never answers, to prove that a
