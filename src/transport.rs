@@ -107,6 +107,8 @@ pub(crate) struct Transport {
     pub(crate) probe_now: Arc<Notify>,
     /// Wakes member sync (a failure hinted that membership may have changed).
     pub(crate) sync_now: Arc<Notify>,
+    /// Bumped whenever an endpoint's health changes (see [`Transport::health_changes`]).
+    health_changes: endpoint::HealthChanges,
     /// The lease keeper shared by every handle, started on first use (it holds this transport
     /// weakly, so it does not keep it alive).
     pub(crate) keeper: std::sync::OnceLock<crate::keeper::Keeper>,
@@ -129,6 +131,7 @@ impl Transport {
         tls: Option<ClientTlsConfig>,
     ) -> Result<Arc<Self>> {
         let cancel = CancellationToken::new();
+        let (health_changes, _) = tokio::sync::watch::channel(());
         let endpoints = urls
             .iter()
             .map(|u| {
@@ -138,6 +141,7 @@ impl Transport {
                     channel,
                     options.health,
                     cancel.child_token(),
+                    health_changes.clone(),
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -150,6 +154,7 @@ impl Transport {
             cancel,
             probe_now: Arc::new(Notify::new()),
             sync_now: Arc::new(Notify::new()),
+            health_changes,
             keeper: std::sync::OnceLock::new(),
             watch_hub: std::sync::OnceLock::new(),
         });
@@ -168,6 +173,12 @@ impl Transport {
         let span = tracing::info_span!("etcd_ha_prober", endpoint = %ep.url);
         let prober = endpoint::prober::Prober::new(ep, Arc::downgrade(self));
         tokio::spawn(tracing::Instrument::instrument(prober.run(), span));
+    }
+
+    /// Resolves whenever some endpoint's health changes (and once at once, for changes since
+    /// the last look): long-lived streams use it to leave an ejected member without delay.
+    pub(crate) fn health_changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.health_changes.subscribe()
     }
 
     /// A connection to `ep`.
@@ -650,6 +661,7 @@ impl Transport {
                         channel,
                         self.options.health,
                         self.cancel.child_token(),
+                        self.health_changes.clone(),
                     );
                     added.push(ep.clone());
                     next.push(ep);

@@ -48,7 +48,15 @@ pub(crate) struct Endpoint {
     /// Cancelled when the endpoint leaves the set (member removed) or the client goes away;
     /// stops its prober.
     pub(crate) cancel: CancellationToken,
+    /// Shared by every endpoint of a client and bumped on each health transition, so that the
+    /// long-lived streams (keep-alive, watch) leave an ejected member at once instead of at
+    /// their next look.
+    changes: HealthChanges,
 }
+
+/// Tells the client's long-lived streams that some endpoint's health changed (the value is
+/// nothing: receivers look at the endpoints themselves).
+pub(crate) type HealthChanges = tokio::sync::watch::Sender<()>;
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,6 +70,7 @@ impl Endpoint {
         channel: Channel,
         config: HealthConfig,
         cancel: CancellationToken,
+        changes: HealthChanges,
     ) -> Arc<Self> {
         Arc::new(Endpoint {
             url,
@@ -70,6 +79,7 @@ impl Endpoint {
             raft: Mutex::new(RaftView::default()),
             linearizable_ok: Mutex::new(None),
             cancel,
+            changes,
         })
     }
 
@@ -85,6 +95,7 @@ impl Endpoint {
             if after == HealthState::Ejected {
                 crate::metrics::ejection(&self.url);
             }
+            self.changes.send_replace(());
         }
         out
     }
@@ -201,4 +212,38 @@ pub struct EndpointInfo {
     pub last_error: Option<String>,
     /// When it entered its current health state.
     pub since: std::time::Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(changes: HealthChanges) -> Arc<Endpoint> {
+        let channel = Channel::from_static("http://127.0.0.1:9").connect_lazy();
+        Endpoint::new(
+            "http://127.0.0.1:9".into(),
+            channel,
+            HealthConfig::default(),
+            CancellationToken::new(),
+            changes,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn health_transitions_wake_subscribers_and_nothing_else_does() {
+        let (changes, _) = tokio::sync::watch::channel(());
+        let mut seen = changes.subscribe();
+        let ep = endpoint(changes);
+        // Successes on a healthy endpoint change nothing.
+        ep.on_success(Duration::from_millis(1));
+        assert!(!seen.has_changed().unwrap());
+        // A failure ejects it: subscribers hear of it at once.
+        ep.on_failure(Failure::Unreachable, &"connection refused");
+        assert_eq!(ep.state(), HealthState::Ejected);
+        assert!(seen.has_changed().unwrap());
+        seen.borrow_and_update();
+        // Another failure while ejected is no transition.
+        ep.on_failure(Failure::Unreachable, &"connection refused");
+        assert!(!seen.has_changed().unwrap());
+    }
 }

@@ -127,6 +127,9 @@ pub(super) struct KeeperTask {
     open_limit: Duration,
     /// The leases and what the stream owes.
     table: Table,
+    /// Wakes the task when an endpoint's health changes, so that it leaves an ejected member
+    /// at once (the periodic look stays as a fallback).
+    health: tokio::sync::watch::Receiver<()>,
 }
 
 impl KeeperTask {
@@ -146,6 +149,7 @@ impl KeeperTask {
             commands,
             open_limit,
             table: Table::new(open_limit),
+            health: transport.health_changes(),
         }
     }
 
@@ -195,6 +199,8 @@ impl KeeperTask {
                 Some(command) = self.commands.recv() => self.apply(command),
                 // The stream opened or failed to, or an answer (or an error) arrived.
                 event = link.event() => link = self.on_event(link, event),
+                // Some endpoint's health changed: is ours ejected?
+                Ok(()) = self.health.changed() => {}
                 // A renewal, an expiry, the silence limit, a health check or a retry is due.
                 () = sleep => {}
             }

@@ -274,6 +274,9 @@ pub(super) struct HubTask {
     pub(super) open_limit: Duration,
     /// Whether the stream is opened with require-leader (the client's option).
     pub(super) require_leader: bool,
+    /// Wakes the task when an endpoint's health changes, so that the stream leaves an ejected
+    /// or leaderless member at once (the periodic look stays as a fallback).
+    health: tokio::sync::watch::Receiver<()>,
 }
 
 impl HubTask {
@@ -299,6 +302,7 @@ impl HubTask {
                 .request_timeout
                 .unwrap_or(DEFAULT_OPEN_LIMIT),
             require_leader: transport.options.require_leader,
+            health: transport.health_changes(),
         }
     }
 
@@ -329,6 +333,8 @@ impl HubTask {
                 Some(internal) = self.internal.recv() => self.on_internal(internal, &mut link),
                 // The stream opened or failed to, or a response (or an error) arrived.
                 event = link.event() => link = self.on_event(link, event),
+                // Some endpoint's health changed: look at the stream's member now.
+                Ok(()) = self.health.changed() => link.check_health_now(),
                 // A probe, the silence limit, a health check, a retry or the idle close is due.
                 () = sleep => {}
             }

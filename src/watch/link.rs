@@ -119,6 +119,14 @@ pub(super) enum LinkEvent {
 }
 
 impl Link {
+    /// Some endpoint's health changed: look at the stream's member on the next advance rather
+    /// than at the next periodic health check.
+    pub(super) fn check_health_now(&mut self) {
+        if let Link::Up(up) = self {
+            up.health_check_at = Instant::now();
+        }
+    }
+
     /// The next thing the stream does; pending while there is none.
     pub(super) async fn event(&mut self) -> LinkEvent {
         match self {
