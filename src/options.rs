@@ -320,8 +320,10 @@ impl Options {
         self
     }
 
-    /// Keep exactly the endpoints given (for example when they are a load balancer or names
-    /// that differ from the members' advertised URLs).
+    /// Keep exactly the endpoints given: no members added or dropped. Endpoints that reach one
+    /// member under another name than it advertises (a proxy, an alias) are kept by member sync
+    /// too, once a probe has seen which member answers there; turn sync off when an endpoint is
+    /// a load balancer over several members, or when the set must never change.
     ///
     /// ```
     /// let o = etcd_ha::Options::new().without_member_sync();

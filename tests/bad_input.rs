@@ -322,9 +322,9 @@ async fn dying_members_give_retryable_errors_and_the_client_recovers() {
         }
         other => panic!("expected a transport error, got {other:?}"),
     }
-    // The client moves on to a live member. Until a read-retry layer exists the first request
-    // may still go to the dead member, and if that member led, the next may meet the election
-    // (LeaderChanged); every such failure must be retryable, and a live member soon answers.
+    // The client moves on to a live member. If the dead member led, a read may still meet the
+    // election (no leader for longer than its 2 s deadline on a loaded box); any such failure
+    // must be retryable, and a live member soon answers.
     let deadline = Instant::now() + Duration::from_secs(10);
     let answered = loop {
         match client.kv().get(key.as_str(), GetOptions::new()).await {

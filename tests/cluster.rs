@@ -8,13 +8,16 @@ mod support;
 use std::time::Duration;
 
 use etcd_ha::proto::etcdserverpb::Member;
-use etcd_ha::testkit::Cluster;
+use etcd_ha::testkit::{Cluster, FaultProxy};
 use etcd_ha::{Client, Error, Options, PutOptions};
 use support::members::{ExtraMember, free_port, peer_url, settled};
 
 /// A learner that was just started needs a moment to catch up with the leader before etcd lets
 /// it be promoted; generous for a loaded 2-core box.
 const CATCH_UP: Duration = Duration::from_secs(30);
+
+/// Member sync interval where a test waits for syncs.
+const SYNC: Duration = Duration::from_millis(500);
 
 /// The testkit's member ids, in member order.
 async fn ids(cluster: &Cluster) -> Vec<u64> {
@@ -68,6 +71,58 @@ async fn member_list_names_every_testkit_member() {
         linearizable.header.unwrap().cluster_id,
         listed.header.unwrap().cluster_id
     );
+}
+
+/// Endpoints given as TCP proxies (names the members do not advertise) stay in use under
+/// member sync: each is matched to the member that answers behind it, by member id, rather than
+/// being replaced by the member's advertised URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_sync_keeps_proxied_endpoints() {
+    let cluster = support::cluster3().await;
+    let proxies: Vec<FaultProxy> = (0..3)
+        .map(|i| FaultProxy::start(cluster.client_addr(i)).unwrap())
+        .collect();
+    let mut proxied: Vec<String> = proxies.iter().map(|p| p.url("http")).collect();
+    proxied.sort();
+    let client = Client::connect(&proxied, Options::new().with_member_sync(SYNC))
+        .await
+        .unwrap();
+    let ids = ids(&cluster).await;
+    // Several syncs after every endpoint's member is known.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while client.endpoints().iter().any(|e| e.member_id.is_none()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            client.endpoints()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(SYNC * 4).await;
+    let mut urls = client.endpoint_urls();
+    urls.sort();
+    assert_eq!(urls, proxied, "member sync replaced proxied endpoints");
+    for info in client.endpoints() {
+        let i = proxied.iter().position(|u| *u == info.url).unwrap();
+        let member = proxies
+            .iter()
+            .position(|p| p.url("http") == proxied[i])
+            .unwrap();
+        assert_eq!(info.member_id, Some(ids[member]), "{info:?}");
+    }
+    // Traffic goes through the proxies.
+    let before: u64 = proxies.iter().map(FaultProxy::bytes_forwarded).sum();
+    client
+        .kv()
+        .put(
+            support::unique("proxied"),
+            vec![b'x'; 10_000],
+            PutOptions::new(),
+        )
+        .await
+        .unwrap();
+    let after: u64 = proxies.iter().map(FaultProxy::bytes_forwarded).sum();
+    assert!(after - before >= 10_000, "{before} -> {after}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

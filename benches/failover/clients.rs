@@ -3,8 +3,7 @@
 //!
 //! Three clients run side by side in every scenario:
 //!
-//! - `etcd-ha` with [`etcd_ha::Options::default`]: what this crate ships (member sync is off
-//!   behind a proxy, see [`Scenario::ha_options`](crate::scenario::Scenario::ha_options)).
+//! - `etcd-ha` with [`etcd_ha::Options::default`]: what this crate ships, in every scenario.
 //! - `etcd-client` with its defaults (`Client::connect(endpoints, None)`): no request timeout,
 //!   no connect timeout, no keepalive, no retry.
 //! - `etcd-client-tuned`: what a careful user of etcd-client configures (see [`tuned_options`]).

@@ -92,24 +92,18 @@ impl Scenario {
         self == Scenario::LeaderLinkBlackhole
     }
 
-    /// etcd-ha's options in this scenario: the defaults, except that behind a proxy member sync
-    /// is off. Sync makes the endpoint set equal to the members' advertised URLs, so it would
-    /// swap the proxy for the leader's real URL within 5 s and route around the fault instead
-    /// of failing over from it; the etcd-client baselines have no member sync.
+    /// etcd-ha's options in this scenario: the defaults. Behind a proxy too: member sync
+    /// matches endpoints to members by member id, so the proxy stays the leader's endpoint and
+    /// the fault stays in the path.
     pub fn ha_options(self) -> etcd_ha::Options {
-        let options = etcd_ha::Options::default();
-        if self.needs_proxy() {
-            options.without_member_sync()
-        } else {
-            options
-        }
+        etcd_ha::Options::default()
     }
 
     /// A note for the report when the scenario departs from the common setup.
     pub fn note(self) -> Option<&'static str> {
         self.needs_proxy().then_some(
-            "etcd-ha runs without member sync here: sync would replace the proxy URL with the \
-             leader's advertised URL and bypass the fault",
+            "every client reaches the leader only through the proxy; etcd-ha's member sync keeps \
+             the proxy as that member's endpoint (matched by member id)",
         )
     }
 

@@ -4,6 +4,10 @@
 //! member). Reads MemberList from a healthy member (serializable: it must work without a
 //! leader), keeps the client URLs of members that have a name (started) and are not learners,
 //! like etcd's own `Sync` and PD's syncer, and never empties the set.
+//!
+//! Endpoints are matched to members by member id (from the probes' Status), not only by URL,
+//! so that an endpoint the user gave under another name than the member advertises (a TCP
+//! proxy, a DNS alias, a port forward) stays in use instead of being replaced.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -74,21 +78,29 @@ pub(crate) async fn sync_once(transport: &std::sync::Arc<Transport>) -> Result<(
         if m.name.is_empty() || m.is_learner {
             continue;
         }
-        // One endpoint per member: the URL already in use if it is one of the member's,
-        // else its first usable one.
+        // One endpoint per member: the endpoint in use that this member answered from (a
+        // proxy, a load-balanced or DNS name the user gave: its Status named this member id),
+        // else the member's URL already in use, else its first usable one.
         let usable: Vec<String> = m
             .client_ur_ls
             .iter()
             .filter_map(|u| crate::endpoint::normalize(u, tls).ok())
             .collect();
-        let chosen = usable
+        let chosen = current
             .iter()
-            .find(|u| current.iter().any(|e| *e.url == ***u))
-            .or(usable.first());
+            .find(|e| e.raft().member_id == m.id)
+            .map(|e| e.url.to_string())
+            .or_else(|| {
+                usable
+                    .iter()
+                    .find(|u| current.iter().any(|e| *e.url == ***u))
+                    .or(usable.first())
+                    .cloned()
+            });
         if let Some(u) = chosen
-            && !urls.contains(u)
+            && !urls.contains(&u)
         {
-            urls.push(u.clone());
+            urls.push(u);
         }
     }
     transport.apply_members(urls);
