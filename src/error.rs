@@ -8,6 +8,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// A `Result` whose error is [`Error`].
+///
+/// ```
+/// async fn read(client: &etcd_ha::Client) -> etcd_ha::Result<Option<Vec<u8>>> {
+///     let got = client.kv().get("k", Default::default()).await?;
+///     Ok(got.kvs.into_iter().next().map(|kv| kv.value))
+/// }
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong talking to etcd.
@@ -340,6 +347,10 @@ impl Error {
 
     /// Whether this failure happened below gRPC (connect, TLS, HTTP/2), so that the member's
     /// server never answered. The balancer uses this to mark the endpoint as failed.
+    ///
+    /// ```
+    /// assert!(!etcd_ha::Error::NoLeader.is_transport());
+    /// ```
     pub fn is_transport(&self) -> bool {
         matches!(self, Error::Transport { .. } | Error::Connect { .. })
     }

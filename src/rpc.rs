@@ -6,6 +6,11 @@
 //! the auth store is not, and is only re-sent when it provably never left this client.
 
 /// Where a request should be served.
+///
+/// ```
+/// use etcd_ha::rpc::{Route, Rpc};
+/// assert_eq!(Rpc::Range { serializable: true }.route(), Route::Any);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
     /// Needs the raft leader's agreement (writes, linearizable reads, lease, election, lock):
@@ -18,6 +23,11 @@ pub enum Route {
 }
 
 /// Whether sending a request twice can do harm.
+///
+/// ```
+/// use etcd_ha::rpc::{Idempotency, Rpc};
+/// assert_eq!(Rpc::Txn { read_only: false }.idempotency(), Idempotency::AtMostOnce);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Idempotency {
     /// Repeating it changes nothing (or only creates garbage that expires, like a second
@@ -29,6 +39,12 @@ pub enum Idempotency {
 }
 
 /// Every unary and streaming RPC the client sends.
+///
+/// ```
+/// use etcd_ha::rpc::Rpc;
+/// let rpc = Rpc::from_path("/etcdserverpb.Lease/LeaseGrant").unwrap();
+/// assert_eq!((rpc.service(), rpc.name()), ("etcdserverpb.Lease", "LeaseGrant"));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 #[allow(missing_docs)]
@@ -94,6 +110,12 @@ impl Rpc {
     /// conservative one is listed: a Range that must be linearizable, a Txn that may write, an
     /// Alarm that may change something. That is what a request is taken for when only its gRPC
     /// path is known (see [`Rpc::from_path`]).
+    ///
+    /// ```
+    /// use etcd_ha::rpc::Rpc;
+    /// assert_eq!(Rpc::ALL.len(), 48);
+    /// assert!(Rpc::ALL.contains(&Rpc::Watch));
+    /// ```
     pub const ALL: [Rpc; 48] = {
         use Rpc::*;
         [

@@ -37,6 +37,10 @@ use crate::txn::{Compare, CompareOp, Txn, TxnOp};
 /// 5 s: PD's `defaultLeaderLease`. A dead leader is replaced within about this long (plus an
 /// etcd election timeout when the etcd leader died with it); renewals every TTL/3 leave room for
 /// two lost renewals before the lease runs out.
+///
+/// ```
+/// assert_eq!(etcd_ha::concurrency::DEFAULT_LEADERSHIP_TTL, std::time::Duration::from_secs(5));
+/// ```
 pub const DEFAULT_LEADERSHIP_TTL: Duration = Duration::from_secs(5);
 
 /// Default time etcd may be unavailable (no endpoint healthy) before a leader steps down and a
@@ -45,13 +49,25 @@ pub const DEFAULT_LEADERSHIP_TTL: Duration = Duration::from_secs(5);
 /// 3 s: longer than an etcd leader election (1-2 s at etcd's defaults) so that one does not
 /// cost the leadership, and shorter than the default TTL, so a leader cut off from etcd steps
 /// down before its lease can run out on the server and somebody else can lead.
+///
+/// ```
+/// assert_eq!(etcd_ha::concurrency::DEFAULT_UNAVAILABLE_BOUND, std::time::Duration::from_secs(3));
+/// ```
 pub const DEFAULT_UNAVAILABLE_BOUND: Duration = Duration::from_secs(3);
 
 /// Default number of won campaigns allowed within [`DEFAULT_CAMPAIGN_WINDOW`]: PD's
 /// `campaignLeaderFrequencyTimes`.
+///
+/// ```
+/// assert_eq!(etcd_ha::concurrency::DEFAULT_CAMPAIGN_LIMIT, 3);
+/// ```
 pub const DEFAULT_CAMPAIGN_LIMIT: usize = 3;
 
 /// Default window of the campaign limit: PD's `campaignTimesRecordTimeout`.
+///
+/// ```
+/// assert_eq!(etcd_ha::concurrency::DEFAULT_CAMPAIGN_WINDOW, std::time::Duration::from_secs(5 * 60));
+/// ```
 pub const DEFAULT_CAMPAIGN_WINDOW: Duration = Duration::from_secs(5 * 60);
 
 /// Grants per campaign when the first ones come back with too little of their TTL left.

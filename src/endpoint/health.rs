@@ -26,6 +26,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The health of an endpoint as the balancer sees it.
+///
+/// ```no_run
+/// # fn demo(client: etcd_ha::Client) {
+/// use etcd_ha::HealthState;
+/// let healthy = client.endpoints().iter().filter(|e| e.health == HealthState::Healthy).count();
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HealthState {
     /// Reachable and part of a cluster with a leader: takes any request.

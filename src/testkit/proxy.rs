@@ -46,6 +46,13 @@ const QUEUE_CHUNKS: usize = 64;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
 /// What the proxy does with traffic; see [`FaultProxy::set_mode`].
+///
+/// ```no_run
+/// # fn demo(proxy: etcd_ha::testkit::FaultProxy) {
+/// use etcd_ha::testkit::Mode;
+/// proxy.set_mode(Mode::Latency(std::time::Duration::from_millis(50)));
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Forward both ways, unchanged. The initial mode.
