@@ -69,6 +69,7 @@ impl Kv {
                 |c, r| async move { c.kv().range(r).await },
             )
             .await
+            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
     }
 
     /// Write `value` at `key`.
@@ -96,6 +97,7 @@ impl Kv {
                 |c, r| async move { c.kv().put(r).await },
             )
             .await
+            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
     }
 
     /// Delete `key` (or the range the options describe).
@@ -122,6 +124,7 @@ impl Kv {
                 |c, r| async move { c.kv().delete_range(r).await },
             )
             .await
+            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
     }
 
     /// Run a transaction.
@@ -151,6 +154,7 @@ impl Kv {
                 |c, r| async move { c.kv().txn(r).await },
             )
             .await
+            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
     }
 
     /// Compact the key-value history up to `revision`. With `physical`, the call returns only

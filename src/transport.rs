@@ -22,7 +22,7 @@ use crate::endpoint::{self, Endpoint, EndpointInfo, Failure};
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::proto::etcdserverpb::{
-    AuthenticateRequest, auth_client::AuthClient, cluster_client::ClusterClient,
+    AuthenticateRequest, ResponseHeader, auth_client::AuthClient, cluster_client::ClusterClient,
     kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
     watch_client::WatchClient,
 };
@@ -109,6 +109,8 @@ pub(crate) struct Transport {
     pub(crate) sync_now: Arc<Notify>,
     /// Bumped whenever an endpoint's health changes (see [`Transport::health_changes`]).
     health_changes: endpoint::HealthChanges,
+    /// The newest store revision in any KV answer: where a managed watch from "now" starts.
+    seen_revision: std::sync::atomic::AtomicI64,
     /// The lease keeper shared by every handle, started on first use (it holds this transport
     /// weakly, so it does not keep it alive).
     pub(crate) keeper: std::sync::OnceLock<crate::keeper::Keeper>,
@@ -155,6 +157,7 @@ impl Transport {
             probe_now: Arc::new(Notify::new()),
             sync_now: Arc::new(Notify::new()),
             health_changes,
+            seen_revision: std::sync::atomic::AtomicI64::new(0),
             keeper: std::sync::OnceLock::new(),
             watch_hub: std::sync::OnceLock::new(),
         });
@@ -179,6 +182,20 @@ impl Transport {
     /// the last look): long-lived streams use it to leave an ejected member without delay.
     pub(crate) fn health_changes(&self) -> tokio::sync::watch::Receiver<()> {
         self.health_changes.subscribe()
+    }
+
+    /// A KV answer carried this header: remember its revision if it is the newest seen.
+    pub(crate) fn observe_header(&self, header: Option<&ResponseHeader>) {
+        if let Some(h) = header {
+            self.seen_revision
+                .fetch_max(h.revision, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The newest store revision this client has seen in a KV answer (0: none yet).
+    pub(crate) fn seen_revision(&self) -> i64 {
+        self.seen_revision
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A connection to `ep`.

@@ -288,17 +288,25 @@ async fn dying_members_give_retryable_errors_and_the_client_recovers() {
         .with_request_timeout(request_timeout);
     let client = Client::connect(cluster.endpoints(), options).await.unwrap();
     let key = support::unique("dying");
-    client
+    let written = client
         .kv()
         .put(key.as_str(), "1", PutOptions::new())
         .await
-        .unwrap();
+        .unwrap()
+        .header
+        .unwrap()
+        .revision;
 
     // A raw watch stream whose member is killed under it ends with a typed, retryable error
-    // (SIGKILL closes the member's sockets), not with a hang and not with a clean end.
+    // (SIGKILL closes the member's sockets), not with a hang and not with a clean end. It
+    // starts after the put: "from now" on a follower that has not applied the put yet would
+    // deliver it.
     let (_watcher, mut events) = client
         .watch()
-        .raw(key.as_str(), WatchOptions::new())
+        .raw(
+            key.as_str(),
+            WatchOptions::new().with_start_revision(written + 1),
+        )
         .await
         .unwrap();
     let created = events

@@ -365,10 +365,13 @@ async fn large_revision_arrives_in_fragments() {
     // 1.95 MiB, still arrive whole).
     const KEYS: usize = 30;
     let value = "f".repeat(100 * 1024);
+    let mut last = 0;
     for i in 0..KEYS {
-        put(&client, &format!("{p}{i:02}"), &value).await;
+        last = put(&client, &format!("{p}{i:02}"), &value).await;
     }
 
+    // From the revision after the puts, explicitly: a watch "from now" starts at the current
+    // revision of the member serving it, and a follower may not have applied the last put yet.
     let (watcher, mut stream) = client
         .watch()
         .raw(
@@ -376,14 +379,21 @@ async fn large_revision_arrives_in_fragments() {
             WatchOptions::new()
                 .with_prefix()
                 .with_prev_kv()
-                .with_fragment(),
+                .with_fragment()
+                .with_start_revision(last + 1),
         )
         .await
         .unwrap();
     let fragmented = created(&mut stream).await;
     // The same watch without fragments, for contrast: one response for the whole revision.
     watcher
-        .watch(p.as_str(), WatchOptions::new().with_prefix().with_prev_kv())
+        .watch(
+            p.as_str(),
+            WatchOptions::new()
+                .with_prefix()
+                .with_prev_kv()
+                .with_start_revision(last + 1),
+        )
         .await
         .unwrap();
     let whole = created(&mut stream).await;

@@ -67,6 +67,12 @@ impl Watch {
     /// (a watch from "now" is pinned to the revision it was created at); gives up with
     /// [`Error::Timeout`] after the client's request timeout.
     ///
+    /// "Now" is never earlier than what this client has already seen: a watch without a start
+    /// revision starts after the newest revision of any KV answer the client received (a put
+    /// it just made, say), even when the member serving the watch has not applied that
+    /// revision yet. Without this, a watch opened on a follower right after a write could
+    /// deliver that write.
+    ///
     /// # What it guarantees
     ///
     /// Every event in the watched range after the start revision is delivered exactly once, in
@@ -139,6 +145,13 @@ impl Watch {
         let mut create = options.create_request(key.into());
         create.watch_id = 0;
         create.fragment = true;
+        if create.start_revision == 0 {
+            // 0 would be "the serving member's now", which can lag behind this client's.
+            let seen = self.transport.seen_revision();
+            if seen > 0 {
+                create.start_revision = seen + 1;
+            }
+        }
         Hub::of(&self.transport)
             .watch(create, reload, self.transport.options.request_timeout)
             .await
