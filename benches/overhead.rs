@@ -182,7 +182,9 @@ async fn round(caller: &Caller, call: Call, callers: usize, key: &str, tally: &m
         tally.latencies.extend(latencies);
         tally.errors += errors;
     }
-    tally.rates.push(done as f64 / began.elapsed().as_secs_f64());
+    tally
+        .rates
+        .push(done as f64 / began.elapsed().as_secs_f64());
 }
 
 async fn run() {
