@@ -382,16 +382,15 @@ impl Transport {
         let mut in_flight = FuturesUnordered::new();
         // Endpoints of the attempts in `in_flight`: blamed if the call ends (deadline, or the
         // caller dropping it) while they still owe an answer.
-        let mut waiting_on = Abandoned {
-            transport: self,
-            waiting: Vec::new(),
-            // Calls that wait by design (campaign, lock) owe nothing in any time.
-            threshold: if deadline.is_some() {
+        // Calls that wait by design (campaign, lock) owe nothing in any time.
+        let mut waiting_on = Abandoned::new(
+            self,
+            if deadline.is_some() {
                 hedge_after
             } else {
                 Duration::MAX
             },
-        };
+        );
         let mut attempts: u32 = 1;
         let mut renewed = false;
         self.await_leader(rpc, &target, deadline).await;
