@@ -2,7 +2,7 @@
 //! side on real 3-member etcd clusters, under the faults that failover exists for.
 //!
 //! ```text
-//! scripts/failover-bench                  # every scenario, ~3 min (installs protoc if missing)
+//! scripts/failover-bench                  # every scenario, ~3 min (protoc from scripts/protoc-path)
 //! scripts/failover-bench leader-kill      # only scenarios named so
 //! cargo bench --bench failover --features baseline -- leader-kill  # the same, by hand
 //! ```
