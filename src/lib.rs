@@ -45,8 +45,9 @@
 //! -> balancer pick -> one endpoint's HTTP/2 channel. Probers (one per member, every 500 ms)
 //! and the outcome of every request feed each endpoint's health state machine; a member that
 //! fails a request or a probe is ejected at once and comes back through probation. Calls that
-//! need the leader go to it while it is healthy; writes are retried only when they provably
-//! never left the client or were refused before etcd did anything; reads are retried on any
+//! need the leader go to it while it is healthy; writes (lease grant and revoke included) are
+//! never hedged, and retried only when they provably never left the client or were refused
+//! before etcd did anything; reads are retried on any
 //! transient failure and hedged to another member when slow. Managed watches
 //! ([`Watch::watch`]) share one stream that moves to another member when its own fails, falls
 //! silent or loses its leader, and resume there so that every event arrives exactly once.

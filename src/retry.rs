@@ -138,6 +138,18 @@ mod tests {
     }
 
     #[test]
+    fn lease_grant_and_revoke_only_when_never_sent_or_refused_up_front() {
+        let p = policy();
+        for rpc in [Rpc::LeaseGrant, Rpc::LeaseRevoke] {
+            for e in [Error::Timeout, Error::LeaderChanged, Error::StreamClosed] {
+                assert_eq!(p.decide(rpc, &e, false, 1), Decision::Stop, "{rpc:?} {e:?}");
+            }
+            assert_eq!(p.decide(rpc, &ambiguous(), true, 1), Decision::Retry);
+            assert_eq!(p.decide(rpc, &Error::NoLeader, false, 1), Decision::Retry);
+        }
+    }
+
+    #[test]
     fn reads_on_any_transient_failure() {
         let p = policy();
         let read = Rpc::Range {

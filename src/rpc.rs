@@ -1,9 +1,16 @@
 //! The one table: every etcd v3 RPC, where it should go, and whether it is safe to send twice.
 //!
 //! Routing and retry decisions read this table and nothing else, so adding an RPC means adding one
-//! row here. The idempotency column follows etcd's Go client (`client/v3/retry.go`): reads and
-//! lease bookkeeping are *repeatable*; everything that changes the key space, the membership or
-//! the auth store is not, and is only re-sent when it provably never left this client.
+//! row here. The idempotency column follows etcd's Go client (`client/v3/retry.go`): reads,
+//! keep-alives and lease lookups are *repeatable*; everything that changes the key space, the
+//! leases, the membership or the auth store is not, and is only re-sent when it provably never
+//! left this client or etcd refused it before doing anything.
+//!
+//! Why a lease grant or revoke is *not* repeatable, although etcd's Go client retries them: a
+//! second grant without an id leaves an orphan lease (alive for its whole TTL, holding whatever
+//! the caller never learns about), a second grant with an id answers "lease already exists",
+//! and a second revoke answers "lease not found", while the first attempt succeeded. Hedging
+//! sends exactly such duplicates, and the duplicate's error can reach the caller first.
 
 /// Where a request should be served.
 ///
@@ -30,8 +37,8 @@ pub enum Route {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Idempotency {
-    /// Repeating it changes nothing (or only creates garbage that expires, like a second
-    /// lease grant): retried on any transient failure, and hedged when it is slow.
+    /// Repeating it changes nothing: retried on any transient failure, and hedged when it is
+    /// slow.
     Repeatable,
     /// Repeating it may apply it twice: retried only when it never left the client, or when
     /// the server provably rejected it before doing anything ("no leader", "too many requests").
@@ -256,14 +263,13 @@ impl Rpc {
     /// use etcd_ha::rpc::{Idempotency, Rpc};
     /// assert_eq!(Rpc::Range { serializable: false }.idempotency(), Idempotency::Repeatable);
     /// assert_eq!(Rpc::Put.idempotency(), Idempotency::AtMostOnce);
+    /// assert_eq!(Rpc::LeaseGrant.idempotency(), Idempotency::AtMostOnce);
     /// ```
     pub fn idempotency(self) -> Idempotency {
         use Rpc::*;
         match self {
             Range { .. }
             | Txn { read_only: true }
-            | LeaseGrant
-            | LeaseRevoke
             | LeaseKeepAlive
             | LeaseTimeToLive
             | LeaseLeases
@@ -287,6 +293,10 @@ impl Rpc {
             | DeleteRange
             | Txn { read_only: false }
             | Compact
+            // A duplicate grant or revoke answers "lease already exists" / "lease not found"
+            // (or leaves an orphan lease) although the first one succeeded: see the module docs.
+            | LeaseGrant
+            | LeaseRevoke
             | MemberAdd
             | MemberRemove
             | MemberUpdate
@@ -468,6 +478,20 @@ mod tests {
         ] {
             assert_eq!(rpc.idempotency(), Idempotency::AtMostOnce, "{rpc:?}");
             assert!(rpc.requires_leader(), "{rpc:?}");
+        }
+    }
+
+    #[test]
+    fn lease_grant_and_revoke_are_sent_at_most_once() {
+        // Issue 8, defect 4: a hedged or retried grant leaves an orphan lease (or answers
+        // "lease already exists"), a repeated revoke answers "lease not found".
+        for rpc in [Rpc::LeaseGrant, Rpc::LeaseRevoke] {
+            assert_eq!(rpc.idempotency(), Idempotency::AtMostOnce, "{rpc:?}");
+            assert_eq!(rpc.route(), Route::Leader, "{rpc:?}");
+        }
+        // Reading lease state or keeping a lease alive stays repeatable.
+        for rpc in [Rpc::LeaseKeepAlive, Rpc::LeaseTimeToLive, Rpc::LeaseLeases] {
+            assert_eq!(rpc.idempotency(), Idempotency::Repeatable, "{rpc:?}");
         }
     }
 
