@@ -91,7 +91,9 @@ impl Conn {
 }
 
 /// Shared state behind every [`Client`](crate::Client) handle.
-#[derive(Debug)]
+///
+/// `Debug` is written by hand: the TLS config holds the client's private key, and every public
+/// handle (`Kv`, `Lease`, ...) derives its `Debug` through this one.
 pub(crate) struct Transport {
     /// Endpoints, health and leader.
     pub(crate) balancer: Balancer,
@@ -122,6 +124,19 @@ pub(crate) struct Transport {
 impl Drop for Transport {
     fn drop(&mut self) {
         self.cancel.cancel();
+    }
+}
+
+impl std::fmt::Debug for Transport {
+    // No secret: the TLS config (private key) shows only whether it is set; the token cell and
+    // the options redact their own.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("endpoints", &self.balancer.endpoints())
+            .field("options", &self.options)
+            .field("tls", &self.tls.as_ref().map(|_| "<configured>"))
+            .field("token", &self.token)
+            .finish_non_exhaustive()
     }
 }
 
