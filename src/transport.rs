@@ -678,11 +678,18 @@ impl Transport {
             return;
         }
         let current = self.balancer.endpoints();
+        // A TLS client never dials a plain-text URL (token and password in the clear).
+        let secure =
+            endpoint::is_secure(self.options.tls.is_some(), current.iter().map(|e| &*e.url));
         let mut next = Vec::with_capacity(urls.len());
         let mut added = Vec::new();
         for url in &urls {
             if let Some(ep) = current.iter().find(|e| *e.url == **url) {
                 next.push(ep.clone());
+                continue;
+            }
+            if endpoint::member_url(url, secure).is_none() {
+                tracing::warn!(%url, "member URL refused (a TLS client never dials http://); skipped");
                 continue;
             }
             match endpoint::channel(url, &self.options, self.tls.as_ref()) {

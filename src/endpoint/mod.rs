@@ -19,7 +19,7 @@ use crate::balance::Candidate;
 
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
-pub(crate) use url::{channel, normalize, tls_config};
+pub(crate) use url::{channel, is_secure, member_url, normalize, tls_config};
 
 /// What the member's last Status answer said about raft.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

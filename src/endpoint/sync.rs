@@ -71,8 +71,12 @@ pub(crate) async fn sync_once(transport: &std::sync::Arc<Transport>) -> Result<(
             |c, r| async move { c.cluster().member_list(r).await },
         )
         .await?;
-    let tls = transport.options.tls.is_some();
     let current = transport.balancer.endpoints();
+    // A TLS client never dials a member's plain http:// URL.
+    let secure = crate::endpoint::is_secure(
+        transport.options.tls.is_some(),
+        current.iter().map(|e| &*e.url),
+    );
     let mut urls = Vec::new();
     for m in list.members {
         if m.name.is_empty() || m.is_learner {
@@ -84,8 +88,16 @@ pub(crate) async fn sync_once(transport: &std::sync::Arc<Transport>) -> Result<(
         let usable: Vec<String> = m
             .client_ur_ls
             .iter()
-            .filter_map(|u| crate::endpoint::normalize(u, tls).ok())
+            .filter_map(|u| crate::endpoint::member_url(u, secure))
             .collect();
+        if usable.is_empty() && !m.client_ur_ls.is_empty() {
+            tracing::warn!(
+                member = %format!("{:x}", m.id),
+                urls = ?m.client_ur_ls,
+                secure,
+                "no usable client URL for this member (a TLS client never dials http://); skipped"
+            );
+        }
         let chosen = current
             .iter()
             .find(|e| e.raft().member_id == m.id)

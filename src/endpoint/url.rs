@@ -66,6 +66,23 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
     Ok(format!("{scheme}://{host}:{port}"))
 }
 
+/// A member's advertised client URL, normalised, or `None` if this client must not dial it.
+///
+/// `secure` says the client talks TLS (TLS options set, or an `https://` endpoint given): then a
+/// member URL that is not `https://` is refused, never dialled in plain text (the auth token and
+/// password would cross the network in the clear). Never a downgrade.
+pub(crate) fn member_url(url: &str, secure: bool) -> Option<String> {
+    normalize(url, secure)
+        .ok()
+        .filter(|u| !secure || u.starts_with("https://"))
+}
+
+/// Whether a client with these endpoints (and TLS options or not) talks TLS: then it never
+/// dials a plain `http://` URL that member sync finds.
+pub(crate) fn is_secure<'a>(tls: bool, endpoints: impl IntoIterator<Item = &'a str>) -> bool {
+    tls || endpoints.into_iter().any(|u| u.starts_with("https://"))
+}
+
 /// Build the lazily connected channel for one normalised URL.
 pub(crate) fn channel(
     url: &str,
@@ -174,5 +191,37 @@ mod tests {
             );
         }
         assert!(normalize("http://h:1", true).is_err());
+    }
+
+    #[test]
+    fn a_tls_client_never_dials_a_plain_member_url() {
+        // Issue 8, defect 6: https endpoints without TLS options (system roots) let member
+        // sync add members' http:// URLs.
+        let secure = is_secure(false, ["https://10.0.0.1:2379"]);
+        assert!(secure);
+        assert_eq!(member_url("http://10.0.0.2:2379", secure), None);
+        assert_eq!(
+            member_url("10.0.0.2:2379", secure).as_deref(),
+            Some("https://10.0.0.2:2379")
+        );
+        assert_eq!(
+            member_url("https://10.0.0.2:2379", secure).as_deref(),
+            Some("https://10.0.0.2:2379")
+        );
+        assert_eq!(member_url("unix:///tmp/etcd.sock", secure), None);
+        // With TLS options too.
+        assert!(is_secure(true, ["10.0.0.1:2379"]));
+        assert_eq!(member_url("http://10.0.0.2:2379", true), None);
+        // A plain-text client keeps what the member advertises.
+        let plain = is_secure(false, ["http://10.0.0.1:2379"]);
+        assert!(!plain);
+        assert_eq!(
+            member_url("http://10.0.0.2:2379", plain).as_deref(),
+            Some("http://10.0.0.2:2379")
+        );
+        assert_eq!(
+            member_url("https://10.0.0.2:2379", plain).as_deref(),
+            Some("https://10.0.0.2:2379")
+        );
     }
 }
