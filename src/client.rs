@@ -79,10 +79,14 @@ impl Client {
         let transport = Transport::start(&urls, options, tls)?;
         let first = first_contact(&transport)
             .await
-            .map_err(|source| Error::Connect {
-                endpoints: urls.clone(),
-                timeout,
-                source: Box::new(source),
+            .map_err(|source| match source {
+                // Every endpoint that answered belongs to another cluster than the first: say so.
+                mismatch @ Error::ClusterIdMismatch { .. } => mismatch,
+                source => Error::Connect {
+                    endpoints: urls.clone(),
+                    timeout,
+                    source: Box::new(source),
+                },
             })?;
         if transport.options.credentials.is_some() {
             transport.renew_token(0).await?;
@@ -291,9 +295,14 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
         match tokio::time::timeout_at(deadline, attempts.next()).await {
             Err(_) | Ok(None) => return Err(last),
             Ok(Some((ep, latency, Ok(status)))) => {
-                let view = record_status(transport, ep, &status.into_inner());
-                ep.on_probe_ok(view.leader_id != 0, latency);
-                return Ok(ep.url.clone());
+                match record_status(transport, ep, &status.into_inner()) {
+                    Ok(view) => {
+                        ep.on_probe_ok(view.leader_id != 0, latency);
+                        return Ok(ep.url.clone());
+                    }
+                    // A member of another cluster than the one reached first: refused.
+                    Err(err) => last = err,
+                }
             }
             Ok(Some((ep, _, Err(status)))) => {
                 let err = Error::from_status(status, &ep.url);

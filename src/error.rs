@@ -96,6 +96,21 @@ pub enum Error {
         source: tonic::Status,
     },
 
+    /// An endpoint answered for another etcd cluster than the one this client first reached
+    /// (its `ResponseHeader.cluster_id` differs): a mistyped endpoint, or an address that a
+    /// member of another cluster now holds. The endpoint is dropped and never used for a call.
+    #[error(
+        "endpoint {endpoint} belongs to cluster {found:x}, not to this client's cluster {expected:x}"
+    )]
+    ClusterIdMismatch {
+        /// The endpoint that answered.
+        endpoint: String,
+        /// The cluster id this client first saw.
+        expected: u64,
+        /// The cluster id the endpoint answered with.
+        found: u64,
+    },
+
     /// The request did not complete within its timeout (the client's or the server's).
     #[error("request timed out")]
     Timeout,
@@ -471,5 +486,16 @@ mod tests {
         assert!(!Error::PermissionDenied.is_retryable());
         assert!(!Error::LeaseNotFound.is_retryable());
         assert!(!Error::RequestTooLarge.is_retryable());
+        let foreign = Error::ClusterIdMismatch {
+            endpoint: "https://10.0.0.9:2379".into(),
+            expected: 0xa1,
+            found: 0xb2,
+        };
+        assert!(!foreign.is_retryable());
+        assert!(!foreign.is_transport());
+        assert_eq!(
+            foreign.to_string(),
+            "endpoint https://10.0.0.9:2379 belongs to cluster b2, not to this client's cluster a1"
+        );
     }
 }

@@ -111,6 +111,8 @@ pub(crate) struct Transport {
     pub(crate) sync_now: Arc<Notify>,
     /// Bumped whenever an endpoint's health changes (see [`Transport::health_changes`]).
     health_changes: endpoint::HealthChanges,
+    /// The cluster this client reached first; endpoints of another cluster are refused.
+    pub(crate) cluster_id: endpoint::ClusterId,
     /// The newest store revision in any KV answer: where a managed watch from "now" starts.
     seen_revision: std::sync::atomic::AtomicI64,
     /// The lease keeper shared by every handle, started on first use (it holds this transport
@@ -172,6 +174,7 @@ impl Transport {
             probe_now: Arc::new(Notify::new()),
             sync_now: Arc::new(Notify::new()),
             health_changes,
+            cluster_id: endpoint::ClusterId::default(),
             seen_revision: std::sync::atomic::AtomicI64::new(0),
             keeper: std::sync::OnceLock::new(),
             watch_hub: std::sync::OnceLock::new(),
@@ -684,7 +687,11 @@ impl Transport {
         let mut next = Vec::with_capacity(urls.len());
         let mut added = Vec::new();
         for url in &urls {
-            if let Some(ep) = current.iter().find(|e| *e.url == **url) {
+            // A refused endpoint (another cluster's) is stopped: never kept, dialled anew.
+            if let Some(ep) = current
+                .iter()
+                .find(|e| *e.url == **url && !e.cancel.is_cancelled())
+            {
                 next.push(ep.clone());
                 continue;
             }

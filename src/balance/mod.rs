@@ -59,6 +59,23 @@ impl Balancer {
         *self.endpoints.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(endpoints);
     }
 
+    /// Take one endpoint out of the set (it answered for another cluster), under the write lock
+    /// so that a concurrent [`replace`](Self::replace) is not undone. Never empties the set;
+    /// says whether it was removed.
+    pub(crate) fn remove(&self, endpoint: &Endpoint) -> bool {
+        let mut set = self.endpoints.write().unwrap_or_else(|e| e.into_inner());
+        let rest: Vec<Arc<Endpoint>> = set
+            .iter()
+            .filter(|e| !std::ptr::eq(e.as_ref(), endpoint))
+            .cloned()
+            .collect();
+        if rest.is_empty() || rest.len() == set.len() {
+            return false;
+        }
+        *set = Arc::new(rest);
+        true
+    }
+
     /// The leader's member id, 0 when unknown.
     pub(crate) fn leader_id(&self) -> u64 {
         self.leader

@@ -3,6 +3,7 @@
 //! Requests and the prober both write what they learn here (through short, non-async critical
 //! sections); the balancer reads [`Candidate`] snapshots.
 
+mod cluster_id;
 mod health;
 pub(crate) mod prober;
 pub(crate) mod sync;
@@ -17,6 +18,7 @@ use tonic::transport::Channel;
 
 use crate::balance::Candidate;
 
+pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
 pub(crate) use url::{channel, is_secure, member_url, normalize, tls_config};

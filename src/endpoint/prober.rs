@@ -71,12 +71,23 @@ impl Prober {
 }
 
 /// Record what a Status answer from `ep` says: its member id and raft view on the endpoint, the
-/// leader on the balancer.
+/// leader on the balancer. An answer from another cluster than the client's records nothing:
+/// the endpoint is refused (see [`refuse`]) and the typed error returned.
 pub(crate) fn record_status(
     transport: &Transport,
     ep: &Endpoint,
     status: &StatusResponse,
-) -> RaftView {
+) -> Result<RaftView, Error> {
+    let found = status.header.as_ref().map_or(0, |h| h.cluster_id);
+    if let Err(expected) = transport.cluster_id.check(found) {
+        let err = Error::ClusterIdMismatch {
+            endpoint: ep.url.to_string(),
+            expected,
+            found,
+        };
+        refuse(transport, ep, &err);
+        return Err(err);
+    }
     let view = RaftView {
         member_id: status.header.as_ref().map(|h| h.member_id).unwrap_or(0),
         leader_id: status.leader,
@@ -86,7 +97,18 @@ pub(crate) fn record_status(
     transport
         .balancer
         .observe_leader(view.leader_id, view.raft_term);
-    view
+    Ok(view)
+}
+
+/// Take an endpoint of another cluster out of use: ejected at once (its last error says why),
+/// then dropped from the set and its prober stopped, so no call is ever routed to it. The set
+/// is never emptied, which leaves a last endpoint ejected.
+fn refuse(transport: &Transport, ep: &Endpoint, err: &Error) {
+    tracing::warn!(error = %err, "endpoint refused");
+    ep.on_failure(Failure::Unreachable, err);
+    if transport.balancer.remove(ep) {
+        ep.cancel.cancel();
+    }
 }
 
 /// One probe of `ep`; records the result on the endpoint and the leader on the balancer.
@@ -117,7 +139,9 @@ pub(crate) async fn probe(transport: &Transport, ep: &Endpoint) {
             return;
         }
     };
-    let view = record_status(transport, ep, &status);
+    let Ok(view) = record_status(transport, ep, &status) else {
+        return;
+    };
     if view.leader_id == 0 {
         ep.on_probe_ok(false, started.elapsed());
         return;
