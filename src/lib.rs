@@ -9,8 +9,9 @@
 //! error.rs        the one Error enum; tonic::Status -> typed etcd errors; is_retryable()
 //! options.rs      Options and TlsOptions: documented defaults, validated at connect
 //! rpc.rs          THE table: every RPC's route, idempotency and require-leader flag
-//! endpoint/       one member endpoint: url.rs (parsing, channel), health.rs (the state
-//!                 machine), prober.rs (active probes), sync.rs (member sync)
+//! endpoint/       one member endpoint: url.rs (parsing, channel, no TLS downgrade),
+//!                 health.rs (the state machine), prober.rs (active probes), sync.rs (member
+//!                 sync), cluster_id.rs (the client's cluster; others' endpoints refused)
 //! balance/        the endpoint set and the leader (mod.rs), pick policies (pick.rs)
 //! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
 //! retry.rs        the retry policy: failure class x idempotency, linear backoff + jitter
