@@ -1,14 +1,15 @@
 //! The KV service: range, put, delete range, txn and compact, with option builders for each.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::call::{Deadline, Target, Transport};
 use crate::error::Result;
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
     PutResponse, RangeRequest, RangeResponse, TxnResponse,
 };
 use crate::rpc::Rpc;
-use crate::transport::{Deadline, Target, Transport};
 use crate::txn::Txn;
 
 pub use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
@@ -29,11 +30,33 @@ pub use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 #[derive(Clone, Debug)]
 pub struct Kv {
     transport: Arc<Transport>,
+    /// The caller's own deadline for every call made through this handle.
+    timeout: Option<Duration>,
 }
 
 impl Kv {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        Kv { transport }
+        Kv {
+            transport,
+            timeout: None,
+        }
+    }
+
+    /// The same handle with its own deadline for every call made through it, instead of the
+    /// client's request timeout (also for calls that otherwise wait without one, such as a
+    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
+    /// a hedge at a third of it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use std::time::Duration;
+    /// client.kv().with_timeout(Duration::from_millis(200)).get("k", Default::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Read `key` (or the range the options describe).
@@ -64,7 +87,7 @@ impl Kv {
                     serializable: request.serializable,
                 },
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.kv().range(r).await },
             )
@@ -92,7 +115,7 @@ impl Kv {
             .unary(
                 Rpc::Put,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.kv().put(r).await },
             )
@@ -119,7 +142,7 @@ impl Kv {
             .unary(
                 Rpc::DeleteRange,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.kv().delete_range(r).await },
             )
@@ -149,7 +172,7 @@ impl Kv {
             .unary(
                 rpc,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.kv().txn(r).await },
             )
@@ -173,7 +196,7 @@ impl Kv {
             .unary(
                 Rpc::Compact,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.kv().compact(r).await },
             )

@@ -83,6 +83,7 @@
 
 mod auth;
 mod balance;
+mod call;
 mod channel;
 mod client;
 mod cluster;
@@ -104,7 +105,6 @@ pub mod rpc;
 mod session;
 mod stream;
 mod token;
-mod transport;
 mod txn;
 mod watch;
 

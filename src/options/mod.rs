@@ -1,10 +1,12 @@
 //! Connection options: documented defaults, builder methods, validated once at connect.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+
+mod tls;
+pub use tls::TlsOptions;
 
 /// How long to wait for the first member to answer at connect, and for each TCP/TLS connect.
 ///
@@ -184,6 +186,22 @@ impl Default for Options {
             leader_grace: DEFAULT_LEADER_GRACE,
             pick_policy: std::sync::Arc::new(crate::balance::LeaderFirst),
         }
+    }
+}
+
+impl Options {
+    /// How members are dialled, with the TLS files read now (typed errors for bad files).
+    pub(crate) fn dial(&self) -> Result<crate::endpoint::Dial> {
+        Ok(crate::endpoint::Dial {
+            connect_timeout: self.connect_timeout,
+            keepalive_interval: self.keepalive_interval,
+            keepalive_timeout: self.keepalive_timeout,
+            tls: self
+                .tls
+                .as_ref()
+                .map(TlsOptions::client_config)
+                .transpose()?,
+        })
     }
 }
 
@@ -523,69 +541,6 @@ impl fmt::Debug for Credentials {
             .field("user", &self.user)
             .field("password", &"<redacted>")
             .finish()
-    }
-}
-
-/// TLS settings (rustls). Server certificates are always verified: against `ca_file` when given,
-/// else against the system's roots.
-///
-/// ```
-/// let tls = etcd_ha::TlsOptions::new()
-///     .with_ca_file("/etc/etcd/ca.pem")
-///     .with_client_cert("/etc/etcd/client.pem", "/etc/etcd/client-key.pem")
-///     .with_server_name("etcd.internal");
-/// ```
-#[derive(Clone, Debug, Default)]
-pub struct TlsOptions {
-    /// PEM file with the CA certificate(s) that signed the members' certificates.
-    pub(crate) ca_file: Option<PathBuf>,
-    /// PEM client certificate for mutual TLS.
-    pub(crate) client_cert: Option<PathBuf>,
-    /// PEM private key of `client_cert`; `Debug` shows the path, never the key.
-    pub(crate) client_key: Option<PathBuf>,
-    /// Name to verify in the server certificate instead of the endpoint's host.
-    pub(crate) server_name: Option<String>,
-}
-
-impl TlsOptions {
-    /// No CA (system roots), no client certificate, host name from the endpoint.
-    ///
-    /// ```
-    /// let tls = etcd_ha::TlsOptions::new();
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Trust the CA certificates in this PEM file.
-    ///
-    /// ```
-    /// let tls = etcd_ha::TlsOptions::new().with_ca_file("ca.pem");
-    /// ```
-    pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca_file = Some(path.into());
-        self
-    }
-
-    /// Present this client certificate and key (PEM files) for mutual TLS.
-    ///
-    /// ```
-    /// let tls = etcd_ha::TlsOptions::new().with_client_cert("client.pem", "client-key.pem");
-    /// ```
-    pub fn with_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        self.client_cert = Some(cert.into());
-        self.client_key = Some(key.into());
-        self
-    }
-
-    /// Verify the server certificate against this name instead of the endpoint's host.
-    ///
-    /// ```
-    /// let tls = etcd_ha::TlsOptions::new().with_server_name("localhost");
-    /// ```
-    pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
-        self.server_name = Some(name.into());
-        self
     }
 }
 
