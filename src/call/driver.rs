@@ -118,8 +118,9 @@ impl Transport {
         let launch = |id: AttemptId, ep: Arc<Endpoint>| {
             let mut request = Request::new(make());
             let (generation, sent_token) = self.decorate(rpc, &mut request);
-            if let Some(d) = deadline {
-                // Tell the server too (grpc-timeout), so it stops working for us in time.
+            // Tell the server too (grpc-timeout), so it stops working for us in time; not for
+            // streams, whose deadline bounds only their opening: they live on after it.
+            if let Some(d) = deadline.filter(|_| !stream) {
                 request.set_timeout(d.saturating_duration_since(Instant::now()));
             }
             let fut = call(self.conn(&ep), request);
