@@ -14,6 +14,7 @@ use crate::endpoint;
 use crate::endpoint::EndpointInfo;
 use crate::endpoint::RaftView;
 use crate::error::{Error, Result};
+use crate::events::EndpointEvents;
 use crate::keeper::Keeper;
 use crate::kv::Kv;
 use crate::lease::Lease;
@@ -262,6 +263,24 @@ impl Client {
     /// ```
     pub fn endpoints(&self) -> Vec<EndpointInfo> {
         self.transport.infos()
+    }
+
+    /// The transitions behind [`endpoints`](Self::endpoints) as a stream: health changes,
+    /// leader changes, endpoints added or removed by member sync (see [`EndpointEvents`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) {
+    /// use etcd_ha::{EndpointEvent, HealthState};
+    /// let mut events = client.endpoint_events();
+    /// while let Some(event) = events.next().await {
+    ///     if let EndpointEvent::Health { url, to: HealthState::Ejected, .. } = event {
+    ///         eprintln!("{url} ejected");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn endpoint_events(&self) -> EndpointEvents {
+        EndpointEvents::new(&self.transport.balancer)
     }
 }
 

@@ -25,6 +25,7 @@
 //!                 that runs it for unary calls and stream opens (driver.rs), stream opens
 //!                 (streams.rs), member sync (members.rs)
 //! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
+//! events.rs       EndpointEvents: health, leader and membership transitions as a stream
 //! token.rs        the auth token, renewed once for all concurrent callers
 //! stream.rs       ResponseStream: server streams with typed errors
 //! metrics.rs      counters through the `metrics` facade (feature "metrics")
@@ -102,6 +103,7 @@ pub mod concurrency;
 mod election;
 mod endpoint;
 mod error;
+mod events;
 mod keeper;
 mod kv;
 mod lease;
@@ -130,6 +132,7 @@ pub use cluster::Cluster;
 pub use election::Election;
 pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
+pub use events::{EndpointEvent, EndpointEvents};
 pub use keeper::{Keeper, KeptLease};
 pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
 pub use lease::{KeepAliveSender, Lease};

@@ -126,6 +126,11 @@ impl Balancer {
         self.health_changes.subscribe()
     }
 
+    /// The endpoint set; member sync's changes wake the receiver.
+    pub(crate) fn endpoint_changes(&self) -> watch::Receiver<Arc<Vec<Arc<Endpoint>>>> {
+        self.endpoints.subscribe()
+    }
+
     /// The leader view; changes wake the receiver.
     pub(crate) fn leader_changes(&self) -> watch::Receiver<LeaderView> {
         self.leader.subscribe()
