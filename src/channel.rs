@@ -21,9 +21,9 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tower::{BoxError, Service, ServiceExt};
 
+use crate::call::{Target, Transport, wants_login};
 use crate::error::Error;
 use crate::rpc::{Route, Rpc};
-use crate::transport::{Abandoned, Target, Transport, wants_login};
 
 /// The client's endpoints as one tower [`Service`] of gRPC requests, for etcd's generated
 /// clients (`etcd_ha::proto::...::*_client`) and for stacking tower layers.
@@ -133,20 +133,22 @@ async fn route(
     }
     .map_err(|e| Status::unavailable(e.to_string()))?;
 
+    // A prompt call still waiting past the attempt timeout counts against the member (the
+    // client's own timer); a caller that gives up earlier, or drops the call, blames nobody.
     let prompt = rpc.is_some_and(|r| !r.holds_open());
-    let mut owed = Abandoned::new(
-        &transport,
-        if prompt {
-            transport.options.attempt_timeout
-        } else {
-            Duration::MAX
-        },
-    );
-    owed.push(&ep);
     let started = Instant::now();
-    let result = ep.channel.clone().oneshot(request).await;
-    owed.answered(&ep);
-    drop(owed);
+    let call = ep.channel.clone().oneshot(request);
+    tokio::pin!(call);
+    let late = tokio::time::sleep(transport.options.attempt_timeout);
+    tokio::pin!(late);
+    let mut struck = !prompt;
+    let result = loop {
+        tokio::select! {
+            result = &mut call => break result,
+            () = &mut late, if !struck => struck = true,
+        }
+        transport.learn(&ep, &Error::Timeout);
+    };
 
     let response = match result {
         Ok(response) => response,

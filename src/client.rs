@@ -1,18 +1,20 @@
 //! [`Client`]: connect to a cluster and hand out the typed sub-clients; cheap to clone.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::auth::Auth;
+use crate::call::{Target, Transport};
 use crate::channel::BalancedChannel;
 use crate::cluster::Cluster;
 use crate::election::Election;
 use crate::endpoint;
 use crate::endpoint::EndpointInfo;
-use crate::endpoint::prober::record_status;
+use crate::endpoint::RaftView;
 use crate::error::{Error, Result};
+use crate::events::EndpointEvents;
 use crate::keeper::Keeper;
 use crate::kv::Kv;
 use crate::lease::Lease;
@@ -20,7 +22,6 @@ use crate::lock::Lock;
 use crate::maintenance::Maintenance;
 use crate::options::Options;
 use crate::proto::etcdserverpb::StatusRequest;
-use crate::transport::{Target, Transport};
 use crate::watch::Watch;
 
 /// A handle to an etcd cluster. Clone it freely: clones share the connections.
@@ -39,6 +40,11 @@ use crate::watch::Watch;
 #[derive(Clone)]
 pub struct Client {
     transport: Arc<Transport>,
+    /// The lease keeper shared by every handle, started on first use (it holds the transport
+    /// weakly, so it does not keep it alive).
+    keeper: Arc<OnceLock<Keeper>>,
+    /// The task owning the managed watches' shared stream, started on first use.
+    watch_hub: Arc<OnceLock<crate::watch::Hub>>,
 }
 
 impl Client {
@@ -64,7 +70,6 @@ impl Client {
         S: AsRef<str>,
     {
         options.validate()?;
-        let tls = options.tls.as_ref().map(endpoint::tls_config).transpose()?;
         let mut urls: Vec<String> = Vec::new();
         for e in endpoints {
             let url = endpoint::normalize(e.as_ref(), options.tls.is_some())?;
@@ -76,7 +81,7 @@ impl Client {
             return Err(Error::NoEndpoints);
         }
         let timeout = options.connect_timeout;
-        let transport = Transport::start(&urls, options, tls)?;
+        let transport = Transport::start(&urls, options)?;
         let first = first_contact(&transport)
             .await
             .map_err(|source| match source {
@@ -92,7 +97,11 @@ impl Client {
             transport.renew_token(0).await?;
         }
         tracing::debug!(endpoints = ?urls, first = %first, "connected");
-        Ok(Client { transport })
+        Ok(Client {
+            transport,
+            keeper: Arc::default(),
+            watch_hub: Arc::default(),
+        })
     }
 
     /// The client's endpoints as one tower `Service`, for etcd's generated gRPC clients and
@@ -147,8 +156,7 @@ impl Client {
     /// # }
     /// ```
     pub fn keeper(&self) -> Keeper {
-        self.transport
-            .keeper
+        self.keeper
             .get_or_init(|| Keeper::new(Arc::downgrade(&self.transport)))
             .clone()
     }
@@ -164,7 +172,7 @@ impl Client {
     /// # }
     /// ```
     pub fn watch(&self) -> Watch {
-        Watch::new(self.transport.clone())
+        Watch::new(self.transport.clone(), self.watch_hub.clone())
     }
 
     /// Cluster membership.
@@ -260,6 +268,24 @@ impl Client {
     pub fn endpoints(&self) -> Vec<EndpointInfo> {
         self.transport.infos()
     }
+
+    /// The transitions behind [`endpoints`](Self::endpoints) as a stream: health changes,
+    /// leader changes, endpoints added or removed by member sync (see [`EndpointEvents`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) {
+    /// use etcd_ha::{EndpointEvent, HealthState};
+    /// let mut events = client.endpoint_events();
+    /// while let Some(event) = events.next().await {
+    ///     if let EndpointEvent::Health { url, to: HealthState::Ejected, .. } = event {
+    ///         eprintln!("{url} ejected");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn endpoint_events(&self) -> EndpointEvents {
+        EndpointEvents::new(&self.transport.balancer)
+    }
 }
 
 impl fmt::Debug for Client {
@@ -295,8 +321,9 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
         match tokio::time::timeout_at(deadline, attempts.next()).await {
             Err(_) | Ok(None) => return Err(last),
             Ok(Some((ep, latency, Ok(status)))) => {
-                match record_status(transport, ep, &status.into_inner()) {
-                    Ok(view) => {
+                let view = RaftView::from_status(&status.into_inner());
+                match transport.balancer.record_status(ep, view) {
+                    Ok(()) => {
                         ep.on_probe_ok(view.leader_id != 0, latency);
                         return Ok(ep.url.clone());
                     }

@@ -1,7 +1,9 @@
 //! The Cluster service: list, add (as voter or learner), remove, update and promote members.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::call::{Deadline, Target, Transport};
 use crate::error::Result;
 use crate::proto::etcdserverpb::{
     MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
@@ -9,7 +11,6 @@ use crate::proto::etcdserverpb::{
     MemberUpdateRequest, MemberUpdateResponse,
 };
 use crate::rpc::Rpc;
-use crate::transport::{Deadline, Target, Transport};
 
 /// The Cluster service. Get one with [`Client::cluster`](crate::Client::cluster).
 ///
@@ -24,11 +25,33 @@ use crate::transport::{Deadline, Target, Transport};
 #[derive(Clone, Debug)]
 pub struct Cluster {
     transport: Arc<Transport>,
+    /// The caller's own deadline for every call made through this handle.
+    timeout: Option<Duration>,
 }
 
 impl Cluster {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        Cluster { transport }
+        Cluster {
+            transport,
+            timeout: None,
+        }
+    }
+
+    /// The same handle with its own deadline for every call made through it, instead of the
+    /// client's request timeout (also for calls that otherwise wait without one, such as a
+    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
+    /// a hedge at a third of it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use std::time::Duration;
+    /// client.cluster().with_timeout(Duration::from_millis(500)).member_list().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// The members, as the answering member knows them (may lag after a change).
@@ -62,7 +85,7 @@ impl Cluster {
             .unary(
                 Rpc::MemberList,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.cluster().member_list(r).await },
             )
@@ -113,7 +136,7 @@ impl Cluster {
             .unary(
                 Rpc::MemberAdd,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.cluster().member_add(r).await },
             )
@@ -134,7 +157,7 @@ impl Cluster {
             .unary(
                 Rpc::MemberRemove,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.cluster().member_remove(r).await },
             )
@@ -162,7 +185,7 @@ impl Cluster {
             .unary(
                 Rpc::MemberUpdate,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.cluster().member_update(r).await },
             )
@@ -183,7 +206,7 @@ impl Cluster {
             .unary(
                 Rpc::MemberPromote,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.cluster().member_promote(r).await },
             )

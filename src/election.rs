@@ -4,7 +4,9 @@
 //! candidate leads. The client-side recipe with fencing and fast loss detection comes later.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::call::{Deadline, Target, Transport};
 use crate::error::Result;
 use crate::proto::v3electionpb::{
     CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,
@@ -12,7 +14,6 @@ use crate::proto::v3electionpb::{
 };
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-use crate::transport::{Deadline, Target, Transport};
 
 /// The Election service. Get one with [`Client::election`](crate::Client::election).
 ///
@@ -29,11 +30,33 @@ use crate::transport::{Deadline, Target, Transport};
 #[derive(Clone, Debug)]
 pub struct Election {
     transport: Arc<Transport>,
+    /// The caller's own deadline for every call made through this handle.
+    timeout: Option<Duration>,
 }
 
 impl Election {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        Election { transport }
+        Election {
+            transport,
+            timeout: None,
+        }
+    }
+
+    /// The same handle with its own deadline for every call made through it, instead of the
+    /// client's request timeout (also for calls that otherwise wait without one, such as a
+    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
+    /// a hedge at a third of it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use std::time::Duration;
+    /// let election = client.election().with_timeout(Duration::from_secs(10));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Wait (on the server, with no client deadline) until this candidate leads election
@@ -64,7 +87,7 @@ impl Election {
             .unary(
                 Rpc::Campaign,
                 Target::Any,
-                Deadline::Unbounded,
+                Deadline::Unbounded.within(self.timeout),
                 request,
                 |c, r| async move { c.election().campaign(r).await },
             )
@@ -94,7 +117,7 @@ impl Election {
             .unary(
                 Rpc::Proclaim,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.election().proclaim(r).await },
             )
@@ -117,7 +140,7 @@ impl Election {
             .unary(
                 Rpc::Leader,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.election().leader(r).await },
             )
@@ -143,7 +166,7 @@ impl Election {
             .open_server_stream(
                 Rpc::Observe,
                 Target::Any,
-                Deadline::Unbounded,
+                Deadline::Unbounded.within(self.timeout),
                 request,
                 |c, r| async move { c.election().observe(r).await },
             )
@@ -167,7 +190,7 @@ impl Election {
             .unary(
                 Rpc::Resign,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.election().resign(r).await },
             )

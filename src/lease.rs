@@ -1,9 +1,11 @@
 //! The Lease service: grant, revoke, time to live, list, and the raw keep-alive stream.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::call::{Deadline, Target, Transport};
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -12,7 +14,6 @@ use crate::proto::etcdserverpb::{
 };
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-use crate::transport::{Deadline, Target, Transport};
 
 /// The Lease service. Get one with [`Client::lease`](crate::Client::lease).
 ///
@@ -27,11 +28,33 @@ use crate::transport::{Deadline, Target, Transport};
 #[derive(Clone, Debug)]
 pub struct Lease {
     transport: Arc<Transport>,
+    /// The caller's own deadline for every call made through this handle.
+    timeout: Option<Duration>,
 }
 
 impl Lease {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        Lease { transport }
+        Lease {
+            transport,
+            timeout: None,
+        }
+    }
+
+    /// The same handle with its own deadline for every call made through it, instead of the
+    /// client's request timeout (also for calls that otherwise wait without one, such as a
+    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
+    /// a hedge at a third of it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use std::time::Duration;
+    /// client.lease().with_timeout(Duration::from_millis(500)).grant(10, None).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Grant a lease of `ttl` seconds, with this id or one chosen by the server.
@@ -55,7 +78,7 @@ impl Lease {
             .unary(
                 Rpc::LeaseGrant,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.lease().lease_grant(r).await },
             )
@@ -76,7 +99,7 @@ impl Lease {
             .unary(
                 Rpc::LeaseRevoke,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.lease().lease_revoke(r).await },
             )
@@ -99,7 +122,7 @@ impl Lease {
             .unary(
                 Rpc::LeaseTimeToLive,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.lease().lease_time_to_live(r).await },
             )
@@ -119,7 +142,7 @@ impl Lease {
             .unary(
                 Rpc::LeaseLeases,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 LeaseLeasesRequest {},
                 |c, r| async move { c.lease().lease_leases(r).await },
             )
@@ -151,7 +174,7 @@ impl Lease {
             .open_bidi(
                 Rpc::LeaseKeepAlive,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 LeaseKeepAliveRequest { id },
                 |c, r| async move { c.lease().lease_keep_alive(r).await },
             )

@@ -7,20 +7,31 @@
 //! proto.rs        the etcd v3 API generated from proto/ (etcdserverpb, mvccpb, authpb,
 //!                 v3electionpb, v3lockpb)
 //! error.rs        the one Error enum; tonic::Status -> typed etcd errors; is_retryable()
-//! options.rs      Options and TlsOptions: documented defaults, validated at connect
+//! options/        Options (mod.rs) and TlsOptions (tls.rs): documented defaults, validated at
+//!                 connect
 //! rpc.rs          THE table: every RPC's route, idempotency and require-leader flag
-//! endpoint/       one member endpoint: url.rs (parsing, channel, no TLS downgrade),
-//!                 health.rs (the state machine), prober.rs (active probes), sync.rs (member
-//!                 sync), cluster_id.rs (the client's cluster; others' endpoints refused)
-//! balance/        the endpoint set and the leader (mod.rs), pick policies (pick.rs)
-//! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
 //! retry.rs        the retry policy: failure class x idempotency, linear backoff + jitter
-//! transport.rs    how every call leaves the client: pick, token, require-leader, deadline,
-//!                 retry, hedging; and what a failure teaches the balancer
+//!
+//! The routing core is a one-way stack; each layer knows nothing of those above it:
+//!
+//! endpoint/       one member: mod.rs (the endpoint, its raft view), url.rs (parsing,
+//!                 dialing, no TLS downgrade), health.rs (the state machine), prober.rs
+//!                 (active probes, reporting through a sink), sync.rs (which member URLs to
+//!                 keep), cluster_id.rs (the client's cluster; others' endpoints refused)
+//! balance/        the endpoint set and the leader view (leader.rs: one lock, published
+//!                 through a watch channel), what failures teach them (mod.rs), pick
+//!                 policies (pick.rs)
+//! call/           how every call leaves the client: the shared Transport (mod.rs), a pure
+//!                 call plan (plan.rs: hedge, retry, fail, renew, blame; no IO), the driver
+//!                 that runs it for unary calls and stream opens (driver.rs), stream opens
+//!                 (streams.rs), member sync (members.rs)
+//! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
+//! events.rs       EndpointEvents: health, leader and membership transitions as a stream
 //! token.rs        the auth token, renewed once for all concurrent callers
 //! stream.rs       ResponseStream: server streams with typed errors
 //! metrics.rs      counters through the `metrics` facade (feature "metrics")
-//! client.rs       Client: connect, endpoints(), and the typed sub-clients below
+//! client.rs       Client: connect, endpoints(), the typed sub-clients below, and the lease
+//!                 keeper and watch hub they share
 //! kv.rs, txn.rs   KV: get / put / delete with options, the Txn builder, compact
 //! lease.rs        Lease: grant, revoke, time to live, leases, raw keep-alive stream
 //! keeper/         the lease keeper: many leases over one keep-alive stream, conservative
@@ -42,13 +53,14 @@
 //!
 //! # How a call fails over
 //!
-//! Data flows one way: typed sub-client -> [`transport`](Client) (retry, hedging, deadline)
+//! Data flows one way: typed sub-client -> call plan and driver (retry, hedging, deadline)
 //! -> balancer pick -> one endpoint's HTTP/2 channel. Probers (one per member, every 500 ms)
 //! and the outcome of every request feed each endpoint's health state machine; a member that
-//! fails a request or a probe is ejected at once and comes back through probation. Calls that
-//! need the leader go to it while it is healthy; writes (lease grant and revoke included) are
-//! never hedged, and retried only when they provably never left the client or were refused
-//! before etcd did anything; reads are retried on any
+//! fails a request or a probe is ejected at once (the leader at its second late answer in a
+//! row) and comes back through probation. Calls that need the leader go to it while it is
+//! healthy; writes (lease grant and revoke included) are never hedged, and retried only when
+//! they provably never left the client or were refused before etcd did anything; reads are
+//! retried on any
 //! transient failure and hedged to another member when slow. Managed watches
 //! ([`Watch::watch`]) share one stream that moves to another member when its own fails, falls
 //! silent or loses its leader, and resume there so that every event arrives exactly once.
@@ -85,6 +97,7 @@
 
 mod auth;
 mod balance;
+mod call;
 mod channel;
 mod client;
 mod cluster;
@@ -92,6 +105,7 @@ pub mod concurrency;
 mod election;
 mod endpoint;
 mod error;
+mod events;
 mod keeper;
 mod kv;
 mod lease;
@@ -106,7 +120,6 @@ pub mod rpc;
 mod session;
 mod stream;
 mod token;
-mod transport;
 mod txn;
 mod watch;
 
@@ -121,6 +134,7 @@ pub use cluster::Cluster;
 pub use election::Election;
 pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
+pub use events::{EndpointEvent, EndpointEvents};
 pub use keeper::{Keeper, KeptLease};
 pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
 pub use lease::{KeepAliveSender, Lease};

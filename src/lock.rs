@@ -1,11 +1,12 @@
 //! A thin client for etcd's server-side Lock service (`v3lockpb`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::call::{Deadline, Target, Transport};
 use crate::error::Result;
 use crate::proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
 use crate::rpc::Rpc;
-use crate::transport::{Deadline, Target, Transport};
 
 /// The Lock service. Get one with [`Client::lock`](crate::Client::lock).
 ///
@@ -24,11 +25,33 @@ use crate::transport::{Deadline, Target, Transport};
 #[derive(Clone, Debug)]
 pub struct Lock {
     transport: Arc<Transport>,
+    /// The caller's own deadline for every call made through this handle.
+    timeout: Option<Duration>,
 }
 
 impl Lock {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        Lock { transport }
+        Lock {
+            transport,
+            timeout: None,
+        }
+    }
+
+    /// The same handle with its own deadline for every call made through it, instead of the
+    /// client's request timeout (also for calls that otherwise wait without one, such as a
+    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
+    /// a hedge at a third of it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use std::time::Duration;
+    /// let lock = client.lock().with_timeout(Duration::from_secs(10));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Wait (on the server, with no client deadline) until the lock `name` is held for `lease`;
@@ -54,7 +77,7 @@ impl Lock {
             .unary(
                 Rpc::Lock,
                 Target::Any,
-                Deadline::Unbounded,
+                Deadline::Unbounded.within(self.timeout),
                 request,
                 |c, r| async move { c.lock().lock(r).await },
             )
@@ -76,7 +99,7 @@ impl Lock {
             .unary(
                 Rpc::Unlock,
                 Target::Any,
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.lock().unlock(r).await },
             )

@@ -3,7 +3,9 @@
 //! Most of these are about one member; [`Maintenance::on`] pins the calls to the member you name.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::call::{Deadline, Target, Transport};
 use crate::error::Result;
 use crate::proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
@@ -13,7 +15,6 @@ use crate::proto::etcdserverpb::{
 };
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-use crate::transport::{Deadline, Target, Transport};
 
 /// The Maintenance service. Get one with [`Client::maintenance`](crate::Client::maintenance).
 ///
@@ -29,13 +30,36 @@ use crate::transport::{Deadline, Target, Transport};
 #[derive(Clone, Debug)]
 pub struct Maintenance {
     transport: Arc<Transport>,
+    /// The caller's own deadline for every call made through this handle.
+    timeout: Option<Duration>,
     /// Which member the calls go to.
     target: Target,
 }
 
 impl Maintenance {
     pub(crate) fn new(transport: Arc<Transport>, target: Target) -> Self {
-        Maintenance { transport, target }
+        Maintenance {
+            transport,
+            timeout: None,
+            target,
+        }
+    }
+
+    /// The same handle with its own deadline for every call made through it, instead of the
+    /// client's request timeout (also for calls that otherwise wait without one, such as a
+    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
+    /// a hedge at a third of it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use std::time::Duration;
+    /// client.maintenance().with_timeout(Duration::from_secs(1)).status().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// The same service, with every call sent to the member at `endpoint` (one of the client's
@@ -66,7 +90,7 @@ impl Maintenance {
             .unary(
                 Rpc::Status,
                 self.target.clone(),
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 StatusRequest {},
                 |c, r| async move { c.maintenance().status(r).await },
             )
@@ -133,7 +157,7 @@ impl Maintenance {
                     get: action == AlarmAction::Get,
                 },
                 self.target.clone(),
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.maintenance().alarm(r).await },
             )
@@ -157,7 +181,7 @@ impl Maintenance {
             .unary(
                 Rpc::Defragment,
                 self.target.clone(),
-                Deadline::Unbounded,
+                Deadline::Unbounded.within(self.timeout),
                 DefragmentRequest {},
                 |c, r| async move { c.maintenance().defragment(r).await },
             )
@@ -177,7 +201,7 @@ impl Maintenance {
             .unary(
                 Rpc::Hash,
                 self.target.clone(),
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 HashRequest {},
                 |c, r| async move { c.maintenance().hash(r).await },
             )
@@ -199,7 +223,7 @@ impl Maintenance {
             .unary(
                 Rpc::HashKv,
                 self.target.clone(),
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.maintenance().hash_kv(r).await },
             )
@@ -221,7 +245,7 @@ impl Maintenance {
             .unary(
                 Rpc::MoveLeader,
                 self.target.clone(),
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.maintenance().move_leader(r).await },
             )
@@ -250,7 +274,7 @@ impl Maintenance {
             .unary(
                 Rpc::Downgrade,
                 self.target.clone(),
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 request,
                 |c, r| async move { c.maintenance().downgrade(r).await },
             )
@@ -272,7 +296,7 @@ impl Maintenance {
             .open_server_stream(
                 Rpc::Snapshot,
                 self.target.clone(),
-                Deadline::Default,
+                Deadline::Default.within(self.timeout),
                 SnapshotRequest {},
                 |c, r| async move { c.maintenance().snapshot(r).await },
             )

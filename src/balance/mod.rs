@@ -1,149 +1,273 @@
-//! The balancer: the current endpoint set, the raft leader as last learned, and picking.
+//! The balancer: the endpoint set, the leader view, what failures teach them, and picking.
 //!
-//! Background tasks (probers, member sync) and finished requests write what they learn; a pick
-//! only reads snapshots and asks the [`PickPolicy`].
+//! It sits on `endpoint/` and knows nothing of the calls above it. Background tasks (probers,
+//! member sync) and finished requests write what they learn here; a pick only reads snapshots
+//! and asks the [`PickPolicy`]. The endpoint set and the leader view are each published through
+//! a `tokio::sync::watch` channel, so waiters wake on a change instead of polling.
 
+mod leader;
 mod pick;
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use crate::endpoint::Endpoint;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::endpoint::prober::{ProbeSink, ProbeTimers, Prober};
+use crate::endpoint::{
+    ClusterId, Dial, Endpoint, EndpointInfo, Failure, HealthConfig, HealthState, RaftView,
+};
+use crate::error::{Error, Result};
 use crate::rpc::Route;
 
+pub(crate) use leader::LeaderView;
 pub use pick::{Candidate, LeaderFirst, PickPolicy};
 
-/// Who leads, according to the newest raft term seen.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct LeaderView {
-    /// Leader's member id; 0 while unknown or during an election.
-    member_id: u64,
-    /// The raft term the view comes from; older terms never overwrite newer ones.
-    term: u64,
+/// Timeouts of the leader in a row (since its last success) before it is ejected: one slow
+/// answer of a healthy leader must not send every write through a follower.
+const LEADER_STRIKES: u32 = 2;
+
+/// What the balancer needs to build and watch endpoints.
+#[derive(Clone, Debug)]
+pub(crate) struct BalancerConfig {
+    /// How members are dialled.
+    pub(crate) dial: Dial,
+    /// Ejection and readmission tunables.
+    pub(crate) health: HealthConfig,
+    /// The probers' timers.
+    pub(crate) probes: ProbeTimers,
 }
 
 /// The endpoint set and the leader.
 #[derive(Debug)]
 pub(crate) struct Balancer {
-    /// Replaced whole by member sync; readers clone the `Arc`.
-    endpoints: RwLock<Arc<Vec<Arc<Endpoint>>>>,
-    leader: Mutex<LeaderView>,
-    /// The leader we lost contact with, and when: until another leader shows up (or it comes
-    /// back), followers may still forward to it and hang, so leader-bound calls wait a little.
-    lost: Mutex<Option<(u64, tokio::time::Instant)>>,
+    /// Replaced whole by member sync (its only writer); readers clone the `Arc`.
+    endpoints: watch::Sender<Arc<Vec<Arc<Endpoint>>>>,
+    leader: leader::LeaderCell,
     policy: Arc<dyn PickPolicy>,
+    config: BalancerConfig,
+    /// Wakes every prober at once (a failure hinted that the leader moved or a member died).
+    probe_now: Arc<Notify>,
+    /// Wakes member sync (a failure hinted that membership may have changed).
+    pub(crate) sync_now: Arc<Notify>,
+    /// Bumped whenever an endpoint's health changes.
+    health_changes: watch::Sender<()>,
+    /// Cancelled when the client goes: stops every prober.
+    cancel: CancellationToken,
+    /// The cluster this client reached first; endpoints of another cluster are refused.
+    cluster_id: ClusterId,
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
 }
 
 impl Balancer {
-    pub(crate) fn new(endpoints: Vec<Arc<Endpoint>>, policy: Arc<dyn PickPolicy>) -> Self {
-        Balancer {
-            endpoints: RwLock::new(Arc::new(endpoints)),
-            leader: Mutex::new(LeaderView::default()),
-            lost: Mutex::new(None),
-            policy,
+    /// Dial `urls` (lazily) and start one prober per endpoint.
+    pub(crate) fn start(
+        urls: &[String],
+        config: BalancerConfig,
+        policy: Arc<dyn PickPolicy>,
+    ) -> Result<Arc<Self>> {
+        let balancer = Self::unprobed(urls, config, policy)?;
+        for ep in balancer.endpoints().iter() {
+            balancer.spawn_prober(ep.clone());
         }
+        Ok(balancer)
+    }
+
+    /// The endpoint set without probers (tests of the layers above drive health themselves).
+    pub(crate) fn unprobed(
+        urls: &[String],
+        config: BalancerConfig,
+        policy: Arc<dyn PickPolicy>,
+    ) -> Result<Arc<Self>> {
+        let cancel = CancellationToken::new();
+        let health_changes = watch::Sender::new(());
+        let endpoints = urls
+            .iter()
+            .map(|u| {
+                Ok(Endpoint::new(
+                    u.as_str().into(),
+                    config.dial.channel(u)?,
+                    config.health,
+                    cancel.child_token(),
+                    health_changes.clone(),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(Balancer {
+            endpoints: watch::Sender::new(Arc::new(endpoints)),
+            leader: leader::LeaderCell::default(),
+            policy,
+            config,
+            probe_now: Arc::new(Notify::new()),
+            sync_now: Arc::new(Notify::new()),
+            health_changes,
+            cancel,
+            cluster_id: ClusterId::default(),
+        }))
+    }
+
+    fn spawn_prober(self: &Arc<Self>, ep: Arc<Endpoint>) {
+        let span = tracing::info_span!("etcd_ha_prober", endpoint = %ep.url);
+        let sink: Weak<dyn ProbeSink> = Arc::downgrade(self) as Weak<dyn ProbeSink>;
+        let prober = Prober::new(ep, sink, self.probe_now.clone(), self.config.probes);
+        tokio::spawn(tracing::Instrument::instrument(prober.run(), span));
     }
 
     /// The endpoints now.
     pub(crate) fn endpoints(&self) -> Arc<Vec<Arc<Endpoint>>> {
-        self.endpoints
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.endpoints.borrow().clone()
     }
 
-    /// Replace the endpoint set (member sync). Never empty: an empty set is ignored.
-    pub(crate) fn replace(&self, endpoints: Vec<Arc<Endpoint>>) {
-        if endpoints.is_empty() {
-            return;
-        }
-        *self.endpoints.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(endpoints);
+    /// Resolves whenever some endpoint's health changes (and once at once, for changes since
+    /// the last look): long-lived streams use it to leave an ejected member without delay.
+    pub(crate) fn health_changes(&self) -> watch::Receiver<()> {
+        self.health_changes.subscribe()
     }
 
-    /// Take one endpoint out of the set (it answered for another cluster), under the write lock
-    /// so that a concurrent [`replace`](Self::replace) is not undone. Never empties the set;
-    /// says whether it was removed.
-    pub(crate) fn remove(&self, endpoint: &Endpoint) -> bool {
-        let mut set = self.endpoints.write().unwrap_or_else(|e| e.into_inner());
-        let rest: Vec<Arc<Endpoint>> = set
-            .iter()
-            .filter(|e| !std::ptr::eq(e.as_ref(), endpoint))
-            .cloned()
-            .collect();
-        if rest.is_empty() || rest.len() == set.len() {
-            return false;
-        }
-        *set = Arc::new(rest);
-        true
+    /// The endpoint set; member sync's changes wake the receiver.
+    pub(crate) fn endpoint_changes(&self) -> watch::Receiver<Arc<Vec<Arc<Endpoint>>>> {
+        self.endpoints.subscribe()
+    }
+
+    /// The leader view; changes wake the receiver.
+    pub(crate) fn leader_changes(&self) -> watch::Receiver<LeaderView> {
+        self.leader.subscribe()
+    }
+
+    /// Wake every prober now.
+    pub(crate) fn probe_now(&self) {
+        self.probe_now.notify_waiters();
     }
 
     /// The leader's member id, 0 when unknown.
     pub(crate) fn leader_id(&self) -> u64 {
-        self.leader
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .member_id
+        self.leader.get().member_id
     }
 
-    /// A member said who leads in `term` (0: nobody). Newer terms win; within a term, a known
-    /// leader beats "none" (one member may not have heard of the winner yet).
-    pub(crate) fn observe_leader(&self, leader_id: u64, term: u64) {
-        let mut view = self.leader.lock().unwrap_or_else(|e| e.into_inner());
-        let newer = term > view.term || (term == view.term && leader_id != 0);
-        if newer && (view.member_id != leader_id || view.term != term) {
-            let old = *view;
-            *view = LeaderView {
-                member_id: leader_id,
-                term,
+    /// Record what a Status answer from `ep` says: its raft view on the endpoint, the leader
+    /// here. An answer from another cluster than the client's records nothing: the endpoint is
+    /// refused (see [`Balancer::refuse`]) and the typed error returned.
+    pub(crate) fn record_status(&self, ep: &Endpoint, view: RaftView) -> Result<()> {
+        if let Err(expected) = self.cluster_id.check(view.cluster_id) {
+            let err = Error::ClusterIdMismatch {
+                endpoint: ep.url.to_string(),
+                expected,
+                found: view.cluster_id,
             };
-            drop(view);
-            if old.member_id != leader_id {
-                tracing::info!(from = %format!("{:x}", old.member_id), to = %format!("{:x}", leader_id), term, "leader changed");
-                if old.member_id != 0 && leader_id != 0 {
-                    crate::metrics::failover();
-                }
+            self.refuse(ep, &err);
+            return Err(err);
+        }
+        ep.set_raft(view);
+        if let Some(previous) = self.leader.observe(view.leader_id, view.raft_term) {
+            let (from, to) = (previous, view.leader_id);
+            tracing::info!(from = %format!("{from:x}"), to = %format!("{to:x}"), term = view.raft_term, "leader changed");
+            if from != 0 && to != 0 {
+                crate::metrics::failover();
             }
+        }
+        Ok(())
+    }
+
+    /// Take an endpoint of another cluster out of use: ejected at once (its last error says
+    /// why), then dropped from the set and its prober stopped, so no call is ever routed to it.
+    /// The set is never emptied, which leaves a last endpoint ejected.
+    fn refuse(&self, ep: &Endpoint, err: &Error) {
+        tracing::warn!(error = %err, "endpoint refused");
+        ep.on_failure(Failure::Unreachable, err);
+        if self.remove(ep) {
+            ep.cancel.cancel();
         }
     }
 
-    /// The leader is gone or moved (an error from it said so): stop preferring it until a probe
-    /// says who leads now.
-    pub(crate) fn forget_leader(&self, member_id: u64) {
-        let mut view = self.leader.lock().unwrap_or_else(|e| e.into_inner());
-        if member_id != 0 && view.member_id == member_id {
-            view.member_id = 0;
-            let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
-            if lost.is_none_or(|(id, _)| id != member_id) {
-                *lost = Some((member_id, tokio::time::Instant::now()));
+    /// Take one endpoint out of the set, in one step with respect to member sync's
+    /// replacements. Never empties the set; says whether it was removed.
+    pub(crate) fn remove(&self, endpoint: &Endpoint) -> bool {
+        self.endpoints.send_if_modified(|set| {
+            let rest: Vec<Arc<Endpoint>> = set
+                .iter()
+                .filter(|e| !std::ptr::eq(e.as_ref(), endpoint))
+                .cloned()
+                .collect();
+            if rest.is_empty() || rest.len() == set.len() {
+                return false;
             }
-        }
+            *set = Arc::new(rest);
+            true
+        })
     }
 
     /// When we lost the leader, if that outage is still on: no other leader has been seen since
-    /// and the lost one is not healthy again.
-    pub(crate) fn leader_outage(&self) -> Option<tokio::time::Instant> {
-        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
-        let (lost_id, since) = (*lost)?;
-        let leader = self.leader_id();
+    /// and the lost one is not healthy again. Ends the outage (and wakes its waiters) when the
+    /// evidence says it is over.
+    pub(crate) fn leader_outage(&self) -> Option<Instant> {
+        let (lost_id, since) = self.leader.get().lost?;
         let endpoints = self.endpoints();
         // A member served a linearizable read that started after we lost the leader: the
         // cluster's leader is alive and reachable through it (only our link to the leader
-        // broke), so calls can go through followers now.
-        let leader_alive = endpoints.iter().any(|e| {
-            e.raft().member_id != lost_id && e.linearizable_ok().is_some_and(|t| t > since)
+        // broke), so calls can go through followers now. Or the same member leads again and
+        // answers: the outage was short (a brief freeze).
+        let over = endpoints.iter().any(|e| {
+            let member = e.raft().member_id;
+            (member != lost_id && e.linearizable_ok().is_some_and(|t| t > since))
+                || (member == lost_id && e.state() == HealthState::Healthy)
         });
-        let over = if leader_alive || (leader != 0 && leader != lost_id) {
-            true
-        } else {
-            // The same member leads again and answers: the outage was short (a brief freeze).
-            self.endpoints().iter().any(|e| {
-                e.raft().member_id == lost_id && e.state() == crate::endpoint::HealthState::Healthy
-            })
-        };
         if over {
-            *lost = None;
+            self.leader.end_outage(lost_id, since);
             return None;
         }
         Some(since)
+    }
+
+    /// What a failed call teaches (see [`Balancer::teach`]); a call that timed out on the
+    /// leader counts as a strike, and the leader is ejected only at the second in a row.
+    pub(crate) fn learn(&self, ep: &Endpoint, error: &Error) {
+        let member = ep.raft().member_id;
+        let was_leader = member != 0 && member == self.leader_id();
+        if matches!(error, Error::Timeout) && was_leader && ep.strike() < LEADER_STRIKES {
+            // One late answer of the leader: ask the probers, do not eject it yet.
+            self.probe_now();
+            return;
+        }
+        self.teach(ep, error);
+    }
+
+    /// What a failure teaches: eject or mark the endpoint, forget the leader when it was the
+    /// leader that failed, and wake the probers when the leader may have moved. A probe's
+    /// failure goes here directly: a dedicated health check that timed out is evidence enough.
+    fn teach(&self, ep: &Endpoint, error: &Error) {
+        let member = ep.raft().member_id;
+        let was_leader = member != 0 && member == self.leader_id();
+        match error {
+            Error::Transport { .. } | Error::Timeout | Error::StreamClosed => {
+                ep.on_failure(Failure::Unreachable, error);
+                if was_leader {
+                    self.leader.forget(member, Instant::now());
+                }
+                self.probe_now();
+                self.sync_now.notify_one();
+            }
+            Error::NoLeader => {
+                ep.on_failure(Failure::NoLeader, error);
+                if was_leader {
+                    self.leader.forget(member, Instant::now());
+                }
+                self.probe_now();
+            }
+            Error::LeaderChanged | Error::NotLeader | Error::Unavailable(_) => {
+                if was_leader {
+                    self.leader.forget(member, Instant::now());
+                }
+                self.probe_now();
+            }
+            _ => {}
+        }
     }
 
     /// The endpoint for a request on `route` that already went to `tried` (by URL).
@@ -160,5 +284,120 @@ impl Balancer {
             .collect();
         let index = self.policy.pick(route, &candidates, &tried);
         endpoints.get(index.min(endpoints.len() - 1)).cloned()
+    }
+
+    /// The endpoint with this normalised URL, if it is in the set.
+    pub(crate) fn endpoint(&self, url: &str) -> Option<Arc<Endpoint>> {
+        self.endpoints().iter().find(|e| *e.url == *url).cloned()
+    }
+
+    /// Snapshots of every endpoint.
+    pub(crate) fn infos(&self) -> Vec<EndpointInfo> {
+        let leader = self.leader_id();
+        self.endpoints().iter().map(|e| e.info(leader)).collect()
+    }
+
+    /// Bring the endpoint set in line with the cluster's members (client URLs of started,
+    /// voting members). Keeps existing endpoints (their connections and health), dials new ones,
+    /// drops removed ones. Never empties the set.
+    pub(crate) fn apply_members(self: &Arc<Self>, urls: Vec<String>) {
+        if urls.is_empty() {
+            return;
+        }
+        let current = self.endpoints();
+        // A TLS client never dials a plain-text URL (token and password in the clear).
+        let secure = crate::endpoint::is_secure(
+            self.config.dial.tls.is_some(),
+            current.iter().map(|e| &*e.url),
+        );
+        let mut next = Vec::with_capacity(urls.len());
+        let mut added = Vec::new();
+        for url in &urls {
+            // A refused endpoint (another cluster's) is stopped: never kept, dialled anew.
+            if let Some(ep) = current
+                .iter()
+                .find(|e| *e.url == **url && !e.cancel.is_cancelled())
+            {
+                next.push(ep.clone());
+                continue;
+            }
+            if crate::endpoint::member_url(url, secure).is_none() {
+                tracing::warn!(%url, "member URL refused (a TLS client never dials http://); skipped");
+                continue;
+            }
+            match self.config.dial.channel(url) {
+                Ok(channel) => {
+                    let ep = Endpoint::new(
+                        url.as_str().into(),
+                        channel,
+                        self.config.health,
+                        self.cancel.child_token(),
+                        self.health_changes.clone(),
+                    );
+                    added.push(ep.clone());
+                    next.push(ep);
+                }
+                Err(e) => tracing::warn!(%url, error = %e, "member URL is not usable; skipped"),
+            }
+        }
+        let removed: Vec<_> = current
+            .iter()
+            .filter(|e| !next.iter().any(|n| Arc::ptr_eq(n, e)))
+            .cloned()
+            .collect();
+        if next.is_empty() || (added.is_empty() && removed.is_empty()) {
+            return;
+        }
+        self.endpoints.send_replace(Arc::new(next));
+        for ep in &added {
+            tracing::info!(endpoint = %ep.url, "member added; endpoint in use");
+            self.spawn_prober(ep.clone());
+        }
+        for ep in &removed {
+            tracing::info!(endpoint = %ep.url, "member removed; endpoint dropped");
+            ep.cancel.cancel();
+        }
+    }
+
+    /// Wait until no leader outage is on, at most until `until`; wakes the probers first and
+    /// every `nudge` while waiting, so that the new leader is found quickly.
+    pub(crate) async fn await_leader(&self, until: Instant, nudge: Duration) {
+        let mut view = self.leader_changes();
+        loop {
+            if self.leader_outage().is_none() {
+                return;
+            }
+            self.probe_now();
+            view.borrow_and_update();
+            let next_nudge = Instant::now() + nudge;
+            tokio::select! {
+                changed = view.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(until.min(next_nudge)) => {
+                    if Instant::now() >= until {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ProbeSink for Balancer {
+    fn on_status(&self, ep: &Endpoint, view: RaftView) -> bool {
+        self.record_status(ep, view).is_ok()
+    }
+
+    fn on_failure(&self, ep: &Endpoint, error: &Error) {
+        self.teach(ep, error);
+    }
+
+    fn on_probed(&self, _ep: &Endpoint) {
+        // A probe may have ended the outage (a linearizable read served, or the lost leader
+        // healthy again): publish that now, so that waiting calls go at once.
+        self.leader_outage();
     }
 }

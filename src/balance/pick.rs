@@ -7,24 +7,9 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
+pub use crate::endpoint::Candidate;
 use crate::endpoint::HealthState;
 use crate::rpc::Route;
-
-/// What a policy sees of one endpoint.
-///
-/// ```
-/// use etcd_ha::{Candidate, HealthState};
-/// let c = Candidate { state: HealthState::Healthy, is_leader: true, latency: None };
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Candidate {
-    /// Health as the prober and past requests left it.
-    pub state: HealthState,
-    /// Whether this endpoint's member is the raft leader, as last learned.
-    pub is_leader: bool,
-    /// Smoothed latency of successful requests and probes; `None` before the first one.
-    pub latency: Option<Duration>,
-}
 
 /// Chooses the endpoint for a request. Implement it to plug in your own routing; set it with
 /// [`Options::with_pick_policy`](crate::Options::with_pick_policy).

@@ -80,34 +80,33 @@ mod tests {
         assert_eq!(accepted, 1, "exactly one of two clusters is accepted");
     }
 
-    /// The prober and first contact both go through `record_status`: an endpoint answering for
-    /// another cluster is refused with the typed error and leaves the set.
+    /// The prober and first contact both record Status answers through the balancer: an
+    /// endpoint answering for another cluster is refused with the typed error and leaves the
+    /// set.
     #[tokio::test(start_paused = true)]
     async fn a_status_from_another_cluster_refuses_the_endpoint() {
-        use crate::endpoint::prober::record_status;
+        use crate::endpoint::RaftView;
         use crate::error::Error;
-        use crate::proto::etcdserverpb::{ResponseHeader, StatusResponse};
 
         let urls = [
             "http://127.0.0.1:9".to_owned(),
             "http://127.0.0.1:10".to_owned(),
         ];
         let options = crate::Options::new().without_member_sync();
-        let transport = crate::transport::Transport::start(&urls, options, None).unwrap();
-        let endpoints = transport.balancer.endpoints();
-        let status = |cluster_id, member_id| StatusResponse {
-            header: Some(ResponseHeader {
-                cluster_id,
-                member_id,
-                ..Default::default()
-            }),
-            leader: member_id,
+        let transport = crate::call::Transport::unprobed(&urls, options);
+        let balancer = &transport.balancer;
+        let endpoints = balancer.endpoints();
+        let status = |cluster_id, member_id| RaftView {
+            member_id,
+            leader_id: member_id,
             raft_term: 2,
-            ..Default::default()
+            cluster_id,
         };
-        let ours = record_status(&transport, &endpoints[0], &status(0xa1, 0x11)).unwrap();
-        assert_eq!(ours.member_id, 0x11);
-        let theirs = record_status(&transport, &endpoints[1], &status(0xb2, 0x22));
+        balancer
+            .record_status(&endpoints[0], status(0xa1, 0x11))
+            .unwrap();
+        assert_eq!(endpoints[0].raft().member_id, 0x11);
+        let theirs = balancer.record_status(&endpoints[1], status(0xb2, 0x22));
         match theirs {
             Err(Error::ClusterIdMismatch {
                 endpoint,
@@ -118,9 +117,8 @@ mod tests {
         }
         // Nothing of the foreign answer was recorded, and the endpoint is gone.
         assert_eq!(endpoints[1].raft().member_id, 0);
-        assert_eq!(transport.balancer.leader_id(), 0x11);
-        let left: Vec<String> = transport
-            .balancer
+        assert_eq!(balancer.leader_id(), 0x11);
+        let left: Vec<String> = balancer
             .endpoints()
             .iter()
             .map(|e| e.url.to_string())
@@ -128,7 +126,7 @@ mod tests {
         assert_eq!(left, [urls[0].clone()]);
         assert!(endpoints[1].cancel.is_cancelled());
         // The set is never emptied: the last endpoint stays (ejected, if it were refused).
-        assert!(!transport.balancer.remove(&endpoints[0]));
-        assert_eq!(transport.balancer.endpoints().len(), 1);
+        assert!(!balancer.remove(&endpoints[0]));
+        assert_eq!(balancer.endpoints().len(), 1);
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod prober;
 pub(crate) mod sync;
 mod url;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,12 +17,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
-use crate::balance::Candidate;
+use crate::proto::etcdserverpb::StatusResponse;
 
 pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
-pub(crate) use url::{channel, is_secure, member_url, normalize, tls_config};
+pub(crate) use url::{Dial, is_secure, member_url, normalize};
 
 /// What the member's last Status answer said about raft.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,6 +33,20 @@ pub(crate) struct RaftView {
     pub(crate) leader_id: u64,
     /// Its raft term.
     pub(crate) raft_term: u64,
+    /// The cluster it belongs to (0: the answer had no header).
+    pub(crate) cluster_id: u64,
+}
+
+impl RaftView {
+    /// What a Status answer says of its member.
+    pub(crate) fn from_status(status: &StatusResponse) -> Self {
+        RaftView {
+            member_id: status.header.as_ref().map_or(0, |h| h.member_id),
+            leader_id: status.leader,
+            raft_term: status.raft_term,
+            cluster_id: status.header.as_ref().map_or(0, |h| h.cluster_id),
+        }
+    }
 }
 
 /// A member endpoint.
@@ -54,6 +69,9 @@ pub(crate) struct Endpoint {
     /// long-lived streams (keep-alive, watch) leave an ejected member at once instead of at
     /// their next look.
     changes: HealthChanges,
+    /// Answers this member owed past the client's own timers since its last success (see
+    /// [`Endpoint::strike`]).
+    strikes: AtomicU32,
 }
 
 /// Tells the client's long-lived streams that some endpoint's health changed (the value is
@@ -82,6 +100,7 @@ impl Endpoint {
             linearizable_ok: Mutex::new(None),
             cancel,
             changes,
+            strikes: AtomicU32::new(0),
         })
     }
 
@@ -117,6 +136,7 @@ impl Endpoint {
 
     /// A request here succeeded in `latency`.
     pub(crate) fn on_success(&self, latency: Duration) {
+        self.strikes.store(0, Ordering::Relaxed);
         self.with_health(|h| h.on_success(latency, Instant::now()));
     }
 
@@ -127,6 +147,15 @@ impl Endpoint {
     }
 
     /// A probe answered.
+    /// Count one answer owed past one of the client's own timers (an attempt timeout, a
+    /// deadline); returns the strikes since the last success. A caller that gives up on its
+    /// own never strikes anyone: only our timers know how long a healthy member takes.
+    pub(crate) fn strike(&self) -> u32 {
+        self.strikes
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1)
+    }
+
     pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
         self.with_health(|h| h.on_probe_ok(has_leader, latency, Instant::now()));
     }
@@ -214,6 +243,22 @@ pub struct EndpointInfo {
     pub last_error: Option<String>,
     /// When it entered its current health state.
     pub since: std::time::Instant,
+}
+
+/// What a policy sees of one endpoint.
+///
+/// ```
+/// use etcd_ha::{Candidate, HealthState};
+/// let c = Candidate { state: HealthState::Healthy, is_leader: true, latency: None };
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// Health as the prober and past requests left it.
+    pub state: HealthState,
+    /// Whether this endpoint's member is the raft leader, as last learned.
+    pub is_leader: bool,
+    /// Smoothed latency of successful requests and probes; `None` before the first one.
+    pub latency: Option<Duration>,
 }
 
 #[cfg(test)]

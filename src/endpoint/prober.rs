@@ -10,26 +10,58 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tonic::Request;
 
 use super::{Endpoint, Failure, HealthState, RaftView};
 use crate::error::Error;
-use crate::proto::etcdserverpb::{RangeRequest, StatusRequest, StatusResponse};
-use crate::transport::Transport;
+use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use crate::proto::etcdserverpb::{RangeRequest, StatusRequest, kv_client::KvClient};
 
-/// Probes one endpoint until it leaves the set or the client goes away.
+/// Where a prober reports what it learns beyond the endpoint's own health: implemented by the
+/// layer above (the balancer), so that this layer knows nothing of leaders or routing.
+pub(crate) trait ProbeSink: Send + Sync + 'static {
+    /// A Status answer: the member's id, the leader it follows, its raft term and cluster.
+    /// `false`: the answer was refused (another cluster's member); the probe stops there.
+    fn on_status(&self, ep: &Endpoint, view: RaftView) -> bool;
+    /// The probe failed the way a request can fail (unreachable, timed out, no leader).
+    fn on_failure(&self, ep: &Endpoint, error: &Error);
+    /// A probe ended; its outcome is on the endpoint (health, linearizable read time).
+    fn on_probed(&self, ep: &Endpoint);
+}
+
+/// A prober's timers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProbeTimers {
+    /// Between probes of a member that is not ejected.
+    pub(crate) interval: Duration,
+    /// Bound on one probe (Status and the read together).
+    pub(crate) timeout: Duration,
+}
+
+/// Probes one endpoint until it leaves the set or the sink goes away.
 pub(crate) struct Prober {
     endpoint: Arc<Endpoint>,
     /// Weak: a prober must not keep the client alive.
-    transport: Weak<Transport>,
+    sink: Weak<dyn ProbeSink>,
+    /// Wakes every prober at once (a failure hinted that the leader moved or a member died).
+    probe_now: Arc<Notify>,
+    timers: ProbeTimers,
 }
 
 impl Prober {
-    pub(crate) fn new(endpoint: Arc<Endpoint>, transport: Weak<Transport>) -> Self {
+    pub(crate) fn new(
+        endpoint: Arc<Endpoint>,
+        sink: Weak<dyn ProbeSink>,
+        probe_now: Arc<Notify>,
+        timers: ProbeTimers,
+    ) -> Self {
         Prober {
             endpoint,
-            transport,
+            sink,
+            probe_now,
+            timers,
         }
     }
 
@@ -37,13 +69,7 @@ impl Prober {
         // Probe at once: a new endpoint should not wait an interval to be known.
         let mut delay = Duration::ZERO;
         loop {
-            let Some(transport) = self.transport.upgrade() else {
-                return;
-            };
-            let notify = transport.probe_now.clone();
-            let interval = transport.options.probe_interval;
-            drop(transport);
-            let probe_now = notify.notified();
+            let probe_now = self.probe_now.notified();
             tokio::select! {
                 // The endpoint left the set, or the client is gone.
                 () = self.endpoint.cancel.cancelled() => return,
@@ -52,10 +78,12 @@ impl Prober {
                 // A request failure hinted that the leader moved or a member died.
                 () = probe_now => {}
             }
-            let Some(transport) = self.transport.upgrade() else {
+            let Some(sink) = self.sink.upgrade() else {
                 return;
             };
-            probe(&transport, &self.endpoint).await;
+            probe(&self.endpoint, self.timers.timeout, &*sink).await;
+            sink.on_probed(&self.endpoint);
+            drop(sink);
             // While ejected, the next probe waits for the ejection to end: that is the linear,
             // capped reconnect backoff (the channel is only dialled by probes meanwhile).
             delay = match self.endpoint.state() {
@@ -63,85 +91,48 @@ impl Prober {
                     .endpoint
                     .eject_until()
                     .saturating_duration_since(Instant::now())
-                    .max(interval / 4),
-                _ => interval,
+                    .max(self.timers.interval / 4),
+                _ => self.timers.interval,
             };
         }
     }
 }
 
-/// Record what a Status answer from `ep` says: its member id and raft view on the endpoint, the
-/// leader on the balancer. An answer from another cluster than the client's records nothing:
-/// the endpoint is refused (see [`refuse`]) and the typed error returned.
-pub(crate) fn record_status(
-    transport: &Transport,
-    ep: &Endpoint,
-    status: &StatusResponse,
-) -> Result<RaftView, Error> {
-    let found = status.header.as_ref().map_or(0, |h| h.cluster_id);
-    if let Err(expected) = transport.cluster_id.check(found) {
-        let err = Error::ClusterIdMismatch {
-            endpoint: ep.url.to_string(),
-            expected,
-            found,
-        };
-        refuse(transport, ep, &err);
-        return Err(err);
-    }
-    let view = RaftView {
-        member_id: status.header.as_ref().map(|h| h.member_id).unwrap_or(0),
-        leader_id: status.leader,
-        raft_term: status.raft_term,
-    };
-    ep.set_raft(view);
-    transport
-        .balancer
-        .observe_leader(view.leader_id, view.raft_term);
-    Ok(view)
-}
-
-/// Take an endpoint of another cluster out of use: ejected at once (its last error says why),
-/// then dropped from the set and its prober stopped, so no call is ever routed to it. The set
-/// is never emptied, which leaves a last endpoint ejected.
-fn refuse(transport: &Transport, ep: &Endpoint, err: &Error) {
-    tracing::warn!(error = %err, "endpoint refused");
-    ep.on_failure(Failure::Unreachable, err);
-    if transport.balancer.remove(ep) {
-        ep.cancel.cancel();
-    }
-}
-
-/// One probe of `ep`; records the result on the endpoint and the leader on the balancer.
-pub(crate) async fn probe(transport: &Transport, ep: &Endpoint) {
-    let timeout = transport.options.probe_timeout;
-    let conn = transport.conn(ep);
+/// One probe of `ep`; records the result on the endpoint and reports the rest to `sink`.
+pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink) {
     let started = Instant::now();
 
     // Probes carry no auth token: an answer of etcd's auth layer ("user name is empty",
     // "permission denied") comes after the read index, so it proves as much, and probing with
     // the token would keep a simple token alive that should expire.
     let request = Request::new(StatusRequest {});
-    let status = match tokio::time::timeout(timeout, conn.maintenance().status(request)).await {
+    let status = match tokio::time::timeout(
+        timeout,
+        MaintenanceClient::new(ep.channel.clone()).status(request),
+    )
+    .await
+    {
         Ok(Ok(r)) => r.into_inner(),
         Ok(Err(s)) => {
             let err = Error::from_status(s, &ep.url);
             // An answer of etcd's own (e.g. auth) still proves the member is there.
             if err.is_transport() || err.is_retryable() {
-                // Through the transport, so that losing the leader is noticed at once.
-                transport.learn(ep, &err);
+                // Through the sink, so that losing the leader is noticed at once.
+                sink.on_failure(ep, &err);
             } else {
                 ep.on_probe_ok(true, started.elapsed());
             }
             return;
         }
         Err(_) => {
-            transport.learn(ep, &Error::Timeout);
+            sink.on_failure(ep, &Error::Timeout);
             return;
         }
     };
-    let Ok(view) = record_status(transport, ep, &status) else {
+    let view = RaftView::from_status(&status);
+    if !sink.on_status(ep, view) {
         return;
-    };
+    }
     if view.leader_id == 0 {
         ep.on_probe_ok(false, started.elapsed());
         return;
@@ -156,7 +147,7 @@ pub(crate) async fn probe(transport: &Transport, ep: &Endpoint) {
         tonic::metadata::AsciiMetadataValue::from_static("true"),
     );
     let remaining = timeout.saturating_sub(started.elapsed());
-    match tokio::time::timeout(remaining, conn.kv().range(request)).await {
+    match tokio::time::timeout(remaining, KvClient::new(ep.channel.clone()).range(request)).await {
         Ok(Ok(_)) => {
             ep.set_linearizable_ok(started);
             ep.on_probe_ok(true, started.elapsed())

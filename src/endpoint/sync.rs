@@ -1,6 +1,6 @@
-//! Member sync: keeps the endpoint set equal to the cluster's started, voting members.
+//! Member sync's rule: which member URLs the endpoint set should hold (no IO here).
 //!
-//! Runs every sync interval and right after failures (a dead endpoint may mean a replaced
+//! The sync task (`call/members.rs`) runs every sync interval and right after failures (a dead endpoint may mean a replaced
 //! member). Reads MemberList from a healthy member (serializable: it must work without a
 //! leader), keeps the client URLs of members that have a name (started) and are not learners,
 //! like etcd's own `Sync` and PD's syncer, and never empties the set.
@@ -9,76 +9,22 @@
 //! so that an endpoint the user gave under another name than the member advertises (a TCP
 //! proxy, a DNS alias, a port forward) stays in use instead of being replaced.
 
-use std::sync::Weak;
-use std::time::Duration;
+use std::sync::Arc;
 
-use crate::error::Error;
-use crate::proto::etcdserverpb::MemberListRequest;
-use crate::rpc::Rpc;
-use crate::transport::{Deadline, Target, Transport};
+use super::Endpoint;
+use crate::proto::etcdserverpb::Member;
 
-/// After a failure-triggered sync, wait at least this long before the next one: a flapping
-/// member should not turn into a MemberList storm.
-const MIN_GAP: Duration = Duration::from_millis(500);
-
-pub(crate) struct MemberSync {
-    transport: Weak<Transport>,
-    interval: Duration,
-}
-
-impl MemberSync {
-    pub(crate) fn new(transport: Weak<Transport>, interval: Duration) -> Self {
-        MemberSync {
-            transport,
-            interval,
-        }
-    }
-
-    pub(crate) async fn run(self) {
-        loop {
-            let Some(transport) = self.transport.upgrade() else {
-                return;
-            };
-            let cancel = transport.cancel.clone();
-            let notify = transport.sync_now.clone();
-            drop(transport);
-            let woken = notify.notified();
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(self.interval) => {}
-                () = woken => tokio::time::sleep(MIN_GAP).await,
-            }
-            let Some(transport) = self.transport.upgrade() else {
-                return;
-            };
-            if let Err(e) = sync_once(&transport).await {
-                tracing::debug!(error = %e, "member sync failed; keeping the endpoint set");
-            }
-        }
-    }
-}
-
-/// One sync: list members and apply the result.
-pub(crate) async fn sync_once(transport: &std::sync::Arc<Transport>) -> Result<(), Error> {
-    let list = transport
-        .unary(
-            Rpc::MemberList,
-            Target::Any,
-            Deadline::Default,
-            MemberListRequest {
-                linearizable: false,
-            },
-            |c, r| async move { c.cluster().member_list(r).await },
-        )
-        .await?;
-    let current = transport.balancer.endpoints();
-    // A TLS client never dials a member's plain http:// URL.
-    let secure = crate::endpoint::is_secure(
-        transport.options.tls.is_some(),
-        current.iter().map(|e| &*e.url),
-    );
+/// The URLs the endpoint set should hold for `members` (a MemberList answer), given the
+/// endpoints in use now; `tls` says whether the client was configured for TLS.
+pub(crate) fn member_urls(
+    members: Vec<Member>,
+    current: &[Arc<Endpoint>],
+    tls: bool,
+) -> Vec<String> {
+    // A TLS client (TLS options, or any https:// endpoint) never dials a member's http:// URL.
+    let secure = super::is_secure(tls, current.iter().map(|e| &*e.url));
     let mut urls = Vec::new();
-    for m in list.members {
+    for m in members {
         if m.name.is_empty() || m.is_learner {
             continue;
         }
@@ -88,7 +34,7 @@ pub(crate) async fn sync_once(transport: &std::sync::Arc<Transport>) -> Result<(
         let usable: Vec<String> = m
             .client_ur_ls
             .iter()
-            .filter_map(|u| crate::endpoint::member_url(u, secure))
+            .filter_map(|u| super::member_url(u, secure))
             .collect();
         if usable.is_empty() && !m.client_ur_ls.is_empty() {
             tracing::warn!(
@@ -115,6 +61,5 @@ pub(crate) async fn sync_once(transport: &std::sync::Arc<Transport>) -> Result<(
             urls.push(u);
         }
     }
-    transport.apply_members(urls);
-    Ok(())
+    urls
 }

@@ -1,10 +1,12 @@
 //! Endpoint URLs and channels: parse what the user gave, build the lazily connected HTTP/2 channel.
 
+use std::fmt;
+use std::time::Duration;
+
 use http::Uri;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic::transport::{Channel, ClientTlsConfig};
 
 use crate::error::{Error, Result};
-use crate::options::{Options, TlsOptions};
 
 /// etcd's client port; used when an endpoint names only a host.
 const DEFAULT_PORT: u16 = 2379;
@@ -83,70 +85,60 @@ pub(crate) fn is_secure<'a>(tls: bool, endpoints: impl IntoIterator<Item = &'a s
     tls || endpoints.into_iter().any(|u| u.starts_with("https://"))
 }
 
-/// Build the lazily connected channel for one normalised URL.
-pub(crate) fn channel(
-    url: &str,
-    options: &Options,
-    tls: Option<&ClientTlsConfig>,
-) -> Result<Channel> {
-    let invalid = |_| Error::InvalidEndpoint {
-        endpoint: url.to_owned(),
-        reason: "rejected by the transport",
-    };
-    let mut ep = tonic::transport::Endpoint::from_shared(url.to_owned())
-        .map_err(invalid)?
-        .connect_timeout(options.connect_timeout)
-        .tcp_nodelay(true)
-        // Pings only while calls are open: etcd answers idle-connection pings faster than every
-        // 2 h with GOAWAY too_many_pings (see DEFAULT_KEEPALIVE_INTERVAL).
-        .keep_alive_while_idle(false);
-    if let Some(interval) = options.keepalive_interval {
-        ep = ep
-            .http2_keep_alive_interval(interval)
-            .keep_alive_timeout(options.keepalive_timeout);
-    }
-    if url.starts_with("https://") {
-        let config = match tls {
-            Some(config) => config.clone(),
-            // An https:// endpoint without TLS options: verify against the system roots.
-            None => ClientTlsConfig::new().with_native_roots(),
-        };
-        ep = ep.tls_config(config).map_err(Error::TlsConfig)?;
-    }
-    Ok(ep.connect_lazy())
+/// How members are dialled: the connection settings every endpoint's channel shares.
+#[derive(Clone)]
+pub(crate) struct Dial {
+    /// Limit for establishing one connection.
+    pub(crate) connect_timeout: Duration,
+    /// HTTP/2 keepalive ping interval while calls are open (`None`: no pings).
+    pub(crate) keepalive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub(crate) keepalive_timeout: Duration,
+    /// TLS for `https://` members (read from the user's files once, at connect).
+    pub(crate) tls: Option<ClientTlsConfig>,
 }
 
-/// Read the TLS files once, at connect, into tonic's rustls configuration.
-pub(crate) fn tls_config(tls: &TlsOptions) -> Result<ClientTlsConfig> {
-    let read = |path: &std::path::Path| {
-        let bytes = std::fs::read(path).map_err(|source| Error::TlsFile {
-            path: path.to_owned(),
-            source,
-        })?;
-        // tonic only finds out later that a file holds no PEM; say so now, with the path.
-        if !bytes.windows(10).any(|w| w == b"-----BEGIN") {
-            return Err(Error::TlsFile {
-                path: path.to_owned(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "no PEM block in file",
-                ),
-            });
+impl fmt::Debug for Dial {
+    // Written by hand: `ClientTlsConfig`'s own Debug prints the client's private key.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dial")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("keepalive_timeout", &self.keepalive_timeout)
+            .field("tls", &self.tls.as_ref().map(|_| "<configured>"))
+            .finish()
+    }
+}
+
+impl Dial {
+    /// Build the lazily connected channel for one normalised URL.
+    pub(crate) fn channel(&self, url: &str) -> Result<Channel> {
+        let invalid = |_| Error::InvalidEndpoint {
+            endpoint: url.to_owned(),
+            reason: "rejected by the transport",
+        };
+        let mut ep = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .map_err(invalid)?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            // Pings only while calls are open: etcd answers idle-connection pings faster than
+            // every 2 h with GOAWAY too_many_pings (see DEFAULT_KEEPALIVE_INTERVAL).
+            .keep_alive_while_idle(false);
+        if let Some(interval) = self.keepalive_interval {
+            ep = ep
+                .http2_keep_alive_interval(interval)
+                .keep_alive_timeout(self.keepalive_timeout);
         }
-        Ok(bytes)
-    };
-    let mut config = ClientTlsConfig::new();
-    config = match &tls.ca_file {
-        Some(ca) => config.ca_certificate(Certificate::from_pem(read(ca)?)),
-        None => config.with_native_roots(),
-    };
-    if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
-        config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+        if url.starts_with("https://") {
+            let config = match &self.tls {
+                Some(config) => config.clone(),
+                // An https:// endpoint without TLS options: verify against the system roots.
+                None => ClientTlsConfig::new().with_native_roots(),
+            };
+            ep = ep.tls_config(config).map_err(Error::TlsConfig)?;
+        }
+        Ok(ep.connect_lazy())
     }
-    if let Some(name) = &tls.server_name {
-        config = config.domain_name(name.clone());
-    }
-    Ok(config)
 }
 
 #[cfg(test)]

@@ -19,9 +19,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::call::Transport;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
-use crate::transport::Transport;
 use kept::Handle;
 pub use kept::KeptLease;
 use state::View;

@@ -18,12 +18,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::state::{Answer, Table, View};
+use crate::call::Transport;
 use crate::endpoint::{Endpoint, HealthState};
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-use crate::transport::Transport;
 
 /// How often an open stream's member is checked for ejection: a member the probers found dead
 /// or frozen is left before the stream's own silence limit would notice.

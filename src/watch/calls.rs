@@ -9,13 +9,13 @@ use tracing::Instrument;
 use super::hub::{HubTask, Internal};
 use super::link::backoff;
 use super::progress::orders_progress;
+use crate::call::{Deadline, Target, Transport};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::kv::Kv;
 use crate::proto::etcdserverpb::{RangeRequest, StatusRequest};
 use crate::proto::mvccpb::KeyValue;
 use crate::rpc::Rpc;
-use crate::transport::{Deadline, Target, Transport};
 
 /// Keys read per request when a watch reloads its range after a compaction.
 const RELOAD_PAGE: i64 = 1000;

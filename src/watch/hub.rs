@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc::error::TrySendError;
@@ -34,10 +34,10 @@ use tracing::Instrument;
 use super::link::{Link, cancel_request};
 use super::managed::{BUFFER, Control, WatchBatch, WatchStream};
 use super::resume::Cursor;
+use crate::call::Transport;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, watch_request::RequestUnion};
 use crate::proto::mvccpb::KeyValue;
-use crate::transport::Transport;
 
 /// Bound on opening a stream when the client has no request timeout.
 const DEFAULT_OPEN_LIMIT: Duration = Duration::from_secs(5);
@@ -95,11 +95,8 @@ struct NewWatch {
 
 impl Hub {
     /// The hub of `transport`, started on first use.
-    pub(crate) fn of(transport: &Arc<Transport>) -> Hub {
-        transport
-            .watch_hub
-            .get_or_init(|| Hub::start(transport))
-            .clone()
+    pub(crate) fn of(cell: &OnceLock<Hub>, transport: &Arc<Transport>) -> Hub {
+        cell.get_or_init(|| Hub::start(transport)).clone()
     }
 
     fn start(transport: &Arc<Transport>) -> Hub {

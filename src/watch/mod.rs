@@ -15,13 +15,14 @@ mod managed;
 mod progress;
 mod resume;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::mpsc;
 
 pub(crate) use hub::Hub;
 pub use managed::{WatchBatch, WatchStream};
 
+use crate::call::{Deadline, Target, Transport};
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
@@ -29,7 +30,6 @@ use crate::proto::etcdserverpb::{
 };
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-use crate::transport::{Deadline, Target, Transport};
 
 /// The Watch service. Get one with [`Client::watch`](crate::Client::watch).
 ///
@@ -54,11 +54,13 @@ use crate::transport::{Deadline, Target, Transport};
 #[derive(Clone, Debug)]
 pub struct Watch {
     transport: Arc<Transport>,
+    /// The client's hub, started by the first managed watch.
+    hub: Arc<OnceLock<Hub>>,
 }
 
 impl Watch {
-    pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        Watch { transport }
+    pub(crate) fn new(transport: Arc<Transport>, hub: Arc<OnceLock<Hub>>) -> Self {
+        Watch { transport, hub }
     }
 
     /// Watch `key` (with `options`): a managed watch that survives member failures.
@@ -152,7 +154,7 @@ impl Watch {
                 create.start_revision = seen + 1;
             }
         }
-        Hub::of(&self.transport)
+        Hub::of(&self.hub, &self.transport)
             .watch(create, reload, self.transport.options.request_timeout)
             .await
     }
@@ -161,10 +163,7 @@ impl Watch {
     /// failures forced reopening). For tests.
     #[doc(hidden)]
     pub fn streams_opened(&self) -> u64 {
-        self.transport
-            .watch_hub
-            .get()
-            .map_or(0, |hub| hub.streams_opened())
+        self.hub.get().map_or(0, |hub| hub.streams_opened())
     }
 
     /// Open a raw watch stream with a first watch on `key`. More watches can share the stream

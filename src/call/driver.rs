@@ -1,0 +1,295 @@
+//! The call driver: runs a [`Plan`] against real members. Its `select!` only binds the next
+//! event (an attempt's answer or the plan's timer); what to do about it is the plan's, and the
+//! IO that follows (pick, launch, backoff, token renewal, what a failure teaches) is here.
+//!
+//! A call whose caller drops it simply stops: nothing runs on drop, so it blames no member.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+use tonic::Request;
+
+use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
+use super::{Conn, Deadline, Target, Transport, wants_login};
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::retry::never_sent;
+use crate::rpc::{Idempotency, Rpc};
+
+/// One attempt's result, with what the driver needs to judge it.
+struct Answer<T> {
+    id: AttemptId,
+    ep: Arc<Endpoint>,
+    started: Instant,
+    generation: u64,
+    sent_token: bool,
+    result: std::result::Result<tonic::Response<T>, tonic::Status>,
+}
+
+/// What woke the driver.
+enum Event<T> {
+    Answer(Answer<T>),
+    Timer(Timer),
+}
+
+/// Attempts in flight, and which member each went to.
+struct Attempts<F> {
+    running: FuturesUnordered<F>,
+    members: Vec<(AttemptId, Arc<Endpoint>)>,
+    /// Members this call went to (by URL), so that retries and hedges go elsewhere.
+    tried: Vec<Arc<str>>,
+}
+
+impl<F: Future> Attempts<F> {
+    fn member(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
+        self.members.iter().find(|(i, _)| *i == id).map(|(_, e)| e)
+    }
+}
+
+impl Transport {
+    fn plan_config(&self, rpc: Rpc, target: &Target, stream: bool, bounded: bool) -> PlanConfig {
+        let pinned = matches!(target, Target::Member(_));
+        let repeatable = rpc.idempotency() == Idempotency::Repeatable;
+        PlanConfig {
+            rpc,
+            pinned,
+            hedging: !stream && !pinned && repeatable,
+            prompt: !stream && !rpc.holds_open(),
+            attempt_timeout: self.options.attempt_timeout,
+            // At least 1 s: opening a stream may wait for its first message (a snapshot chunk,
+            // a watch's created answer) on a busy member. Streams without a deadline (observe)
+            // wait by design: no attempt limit either.
+            attempt_limit: (stream && repeatable && !pinned && bounded).then(|| {
+                self.options
+                    .attempt_timeout
+                    .max(std::time::Duration::from_secs(1))
+            }),
+            has_token: self.has_token(),
+            retry: self.options.retry,
+        }
+    }
+
+    /// The endpoint for a retry: one this call has not tried yet; when all were tried, any but
+    /// the one that just failed.
+    fn next_endpoint(
+        &self,
+        rpc: Rpc,
+        target: &Target,
+        tried: &mut Vec<Arc<str>>,
+        failed: Option<&str>,
+    ) -> Result<Arc<Endpoint>> {
+        let all = self.balancer.endpoints();
+        if all.iter().all(|e| tried.contains(&e.url)) {
+            tried.clear();
+            if let Some(f) = failed {
+                tried.push(f.into());
+            }
+        }
+        let next = self.pick(rpc, target, tried)?;
+        if !tried.contains(&next.url) {
+            tried.push(next.url.clone());
+        }
+        Ok(next)
+    }
+
+    /// Make one call with retries, hedging and token renewal, as its plan says. `call` sends
+    /// the request built by `make` (a unary message is cloned; a stream body is made anew for
+    /// each attempt) to a member.
+    pub(crate) async fn drive<Body, Resp, M, F, Fut>(
+        &self,
+        rpc: Rpc,
+        target: Target,
+        deadline: Deadline,
+        stream: bool,
+        make: M,
+        call: F,
+    ) -> Result<(Arc<Endpoint>, Resp)>
+    where
+        M: Fn() -> Body,
+        F: Fn(Conn, Request<Body>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        crate::metrics::request(rpc.name());
+        let deadline = self.deadline_at(deadline);
+        let config = self.plan_config(rpc, &target, stream, deadline.is_some());
+        let mut plan = Plan::new(config, deadline);
+        let launch = |id: AttemptId, ep: Arc<Endpoint>| {
+            let mut request = Request::new(make());
+            let (generation, sent_token) = self.decorate(rpc, &mut request);
+            // Tell the server too (grpc-timeout), so it stops working for us in time; not for
+            // streams, whose deadline bounds only their opening: they live on after it.
+            if let Some(d) = deadline.filter(|_| !stream) {
+                request.set_timeout(d.saturating_duration_since(Instant::now()));
+            }
+            let fut = call(self.conn(&ep), request);
+            let started = Instant::now();
+            async move {
+                let result = fut.await;
+                Answer {
+                    id,
+                    ep,
+                    started,
+                    generation,
+                    sent_token,
+                    result,
+                }
+            }
+        };
+        let mut attempts = Attempts {
+            running: FuturesUnordered::new(),
+            members: Vec::new(),
+            tried: Vec::new(),
+        };
+
+        self.await_leader(rpc, &target, plan.deadline()).await;
+        let first = self.pick(rpc, &target, &attempts.tried)?;
+        attempts.tried.push(first.url.clone());
+        let id = plan.launched(Instant::now(), false);
+        attempts.members.push((id, first.clone()));
+        attempts.running.push(launch(id, first));
+
+        loop {
+            let timer = plan.next_timer();
+            let event = tokio::select! {
+                Some(answer) = attempts.running.next() => Event::Answer(answer),
+                () = sleep_until(timer.map(|(at, _)| at)) => Event::Timer(timer.expect("armed").1),
+            };
+            let step = match event {
+                Event::Answer(answer) => {
+                    attempts.members.retain(|(i, _)| *i != answer.id);
+                    match answer.result {
+                        Ok(response) => {
+                            answer.ep.on_success(answer.started.elapsed());
+                            return Ok((answer.ep, response.into_inner()));
+                        }
+                        Err(status) => {
+                            let unsent = never_sent(&status);
+                            let error = Error::from_status(status, &answer.ep.url);
+                            self.learn(&answer.ep, &error);
+                            let failed = Failed {
+                                wants_login: wants_login(&error, answer.sent_token),
+                                error,
+                                unsent,
+                            };
+                            match plan.failed(answer.id, failed, Instant::now()) {
+                                Step::Renew => {
+                                    self.renew_within(answer.generation, plan.deadline())
+                                        .await?;
+                                    let again = plan.launched(Instant::now(), true);
+                                    attempts.members.push((again, answer.ep.clone()));
+                                    attempts.running.push(launch(again, answer.ep));
+                                    continue;
+                                }
+                                step => step,
+                            }
+                        }
+                    }
+                }
+                Event::Timer(Timer::Limit(id)) => {
+                    // Only stream opens have a limit, and they run one attempt at a time:
+                    // abandoning it means dropping every attempt.
+                    attempts.running.clear();
+                    if let Some(ep) = attempts.member(id).cloned() {
+                        self.learn(&ep, &Error::Timeout);
+                    }
+                    attempts.members.clear();
+                    plan.fire(Timer::Limit(id), Instant::now())
+                }
+                Event::Timer(timer) => plan.fire(timer, Instant::now()),
+            };
+            match step {
+                Step::Renew | Step::Wait => {}
+                Step::Fail { error, blame } => {
+                    for id in blame {
+                        if let Some(ep) = attempts.member(id) {
+                            self.learn(ep, &Error::Timeout);
+                        }
+                    }
+                    return Err(error);
+                }
+                Step::Blame(id) => {
+                    if let Some(ep) = attempts.member(id) {
+                        self.learn(ep, &Error::Timeout);
+                    }
+                }
+                Step::Hedge => {
+                    let Ok(next) = self.pick(rpc, &target, &attempts.tried) else {
+                        plan.no_hedge(Instant::now());
+                        continue;
+                    };
+                    if attempts.tried.contains(&next.url) {
+                        // Nowhere else to go; keep waiting on what is in flight.
+                        plan.no_hedge(Instant::now());
+                        continue;
+                    }
+                    tracing::debug!(rpc = rpc.name(), to = %next.url, "hedging a slow request");
+                    crate::metrics::retry(rpc.name());
+                    attempts.tried.push(next.url.clone());
+                    let id = plan.launched(Instant::now(), false);
+                    attempts.members.push((id, next.clone()));
+                    attempts.running.push(launch(id, next));
+                }
+                Step::Retry { after, error } => {
+                    tokio::time::sleep(after).await;
+                    self.await_leader(rpc, &target, plan.deadline()).await;
+                    let failed = attempts.tried.last().cloned();
+                    let next =
+                        self.next_endpoint(rpc, &target, &mut attempts.tried, failed.as_deref())?;
+                    tracing::debug!(rpc = rpc.name(), to = %next.url, %error, "retrying");
+                    crate::metrics::retry(rpc.name());
+                    let id = plan.launched(Instant::now(), false);
+                    attempts.members.push((id, next.clone()));
+                    attempts.running.push(launch(id, next));
+                }
+            }
+        }
+    }
+
+    /// Renew the token, bounded by the call's deadline: a call never waits longer than it was
+    /// allowed to for a login (nor for other callers' login ahead of it).
+    async fn renew_within(&self, generation: u64, deadline: Option<Instant>) -> Result<()> {
+        match deadline {
+            Some(d) => tokio::time::timeout_at(d, self.renew_token(generation))
+                .await
+                .map_err(|_| Error::Timeout)?,
+            None => self.renew_token(generation).await,
+        }
+    }
+
+    /// Make one unary call with retries, hedging and token renewal; see [`Transport::drive`].
+    pub(crate) async fn unary<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        target: Target,
+        deadline: Deadline,
+        message: Req,
+        call: F,
+    ) -> Result<Resp>
+    where
+        Req: prost::Message + Clone,
+        F: Fn(Conn, Request<Req>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        if message.encoded_len() > self.options.max_request_bytes {
+            return Err(Error::RequestTooLarge);
+        }
+        let (_, response) = self
+            .drive(rpc, target, deadline, false, || message.clone(), call)
+            .await?;
+        Ok(response)
+    }
+}
+
+/// Sleep until `at`, or forever without a timer.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;

@@ -1,0 +1,381 @@
+//! How every call leaves the client: the shared [`Transport`] (balancer, options, token) and the
+//! call path on top of it: a pure call plan ([`plan`]) run by a thin driver ([`driver`]) for
+//! unary calls and stream opens alike.
+//!
+//! The typed sub-clients say *what* to call and which [`Rpc`] it is; this layer decides *where*
+//! (the [`Balancer`]), *how often* (the retry policy) and *how long* (the deadline). It sits on
+//! `balance/` and `endpoint/` and knows nothing of KV, watches or the lease keeper.
+
+mod driver;
+mod members;
+pub(crate) mod plan;
+mod streams;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::Request;
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use tonic::transport::Channel;
+
+use crate::balance::{Balancer, BalancerConfig};
+use crate::endpoint::prober::ProbeTimers;
+use crate::endpoint::{self, Endpoint, EndpointInfo};
+use crate::error::{Error, Result};
+use crate::options::Options;
+use crate::proto::etcdserverpb::{
+    AuthenticateRequest, ResponseHeader, auth_client::AuthClient, cluster_client::ClusterClient,
+    kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
+    watch_client::WatchClient,
+};
+use crate::proto::v3electionpb::election_client::ElectionClient;
+use crate::proto::v3lockpb::lock_client::LockClient;
+use crate::rpc::{Route, Rpc};
+use crate::token::TokenCell;
+
+/// Metadata key of etcd's require-leader check.
+const HAS_LEADER_KEY: &str = "hasleader";
+
+/// While a leader-bound call waits for a new leader, the probers are woken this often.
+const LEADER_NUDGE: Duration = Duration::from_millis(100);
+
+/// Where a call goes.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Target {
+    /// Wherever the balancer routes the RPC.
+    #[default]
+    Any,
+    /// This endpoint only (maintenance of one member).
+    Member(Arc<Endpoint>),
+}
+
+/// How long a unary call may take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// The client's request timeout.
+    #[default]
+    Default,
+    /// The caller's own bound for this call.
+    Within(Duration),
+    /// No deadline: calls that wait by design (server-side Lock and Campaign, Defragment).
+    Unbounded,
+}
+
+impl Deadline {
+    /// This deadline, unless the caller set its own bound for the call.
+    pub(crate) fn within(self, timeout: Option<Duration>) -> Deadline {
+        timeout.map_or(self, Deadline::Within)
+    }
+}
+
+/// A connection to one member, handed to the closure that makes the call.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    channel: Channel,
+    max_response_bytes: usize,
+}
+
+macro_rules! service {
+    ($name:ident, $client:ident) => {
+        pub(crate) fn $name(&self) -> $client<Channel> {
+            $client::new(self.channel.clone())
+                .max_decoding_message_size(self.max_response_bytes)
+                .max_encoding_message_size(usize::MAX)
+        }
+    };
+}
+
+impl Conn {
+    service!(kv, KvClient);
+    service!(watch, WatchClient);
+    service!(lease, LeaseClient);
+    service!(cluster, ClusterClient);
+    service!(maintenance, MaintenanceClient);
+    service!(auth, AuthClient);
+    service!(election, ElectionClient);
+    service!(lock, LockClient);
+}
+
+/// Shared state behind every [`Client`](crate::Client) handle.
+pub(crate) struct Transport {
+    /// Endpoints, health and leader.
+    pub(crate) balancer: Arc<Balancer>,
+    /// Validated options.
+    pub(crate) options: Options,
+    /// Auth token, when credentials were given.
+    token: Option<TokenCell>,
+    /// Cancelled when the last client handle goes: stops every background task.
+    pub(crate) cancel: CancellationToken,
+    /// The newest store revision in any KV answer: where a managed watch from "now" starts.
+    seen_revision: AtomicI64,
+}
+
+impl fmt::Debug for Transport {
+    // Written by hand: the options' TLS and credentials and the token stay out of logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<Arc<str>> = self
+            .balancer
+            .endpoints()
+            .iter()
+            .map(|e| e.url.clone())
+            .collect();
+        f.debug_struct("Transport")
+            .field("endpoints", &urls)
+            .field("options", &self.options)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl Transport {
+    /// Build the endpoint set and start the probers and member sync.
+    pub(crate) fn start(urls: &[String], options: Options) -> Result<Arc<Self>> {
+        let balancer = Balancer::start(
+            urls,
+            balancer_config(&options)?,
+            options.pick_policy.clone(),
+        )?;
+        let transport = Self::over(balancer, options);
+        if let Some(interval) = transport.options.member_sync_interval {
+            members::spawn(&transport, interval);
+        }
+        Ok(transport)
+    }
+
+    /// A transport over `balancer`, with no background task of its own.
+    fn over(balancer: Arc<Balancer>, options: Options) -> Arc<Self> {
+        let token = options.credentials.as_ref().map(|_| TokenCell::default());
+        Arc::new(Transport {
+            balancer,
+            options,
+            token,
+            cancel: CancellationToken::new(),
+            seen_revision: AtomicI64::new(0),
+        })
+    }
+
+    /// A transport whose endpoints are never probed (tests drive health themselves).
+    #[cfg(test)]
+    pub(crate) fn unprobed(urls: &[String], options: Options) -> Arc<Self> {
+        let balancer = Balancer::unprobed(
+            urls,
+            balancer_config(&options).unwrap(),
+            options.pick_policy.clone(),
+        )
+        .unwrap();
+        Self::over(balancer, options)
+    }
+
+    /// A KV answer carried this header: remember its revision if it is the newest seen.
+    pub(crate) fn observe_header(&self, header: Option<&ResponseHeader>) {
+        if let Some(h) = header {
+            self.seen_revision.fetch_max(h.revision, Ordering::Relaxed);
+        }
+    }
+
+    /// The newest store revision this client has seen in a KV answer (0: none yet).
+    pub(crate) fn seen_revision(&self) -> i64 {
+        self.seen_revision.load(Ordering::Relaxed)
+    }
+
+    /// A connection to `ep`.
+    pub(crate) fn conn(&self, ep: &Endpoint) -> Conn {
+        Conn {
+            channel: ep.channel.clone(),
+            max_response_bytes: self.options.max_response_bytes,
+        }
+    }
+
+    /// The endpoint with this URL (any accepted spelling), if it is in the set.
+    pub(crate) fn endpoint(&self, url: &str) -> Result<Arc<Endpoint>> {
+        let normalized = endpoint::normalize(url, self.options.tls.is_some())?;
+        self.balancer
+            .endpoint(&normalized)
+            .ok_or(Error::InvalidEndpoint {
+                endpoint: url.to_owned(),
+                reason: "not one of the client's endpoints",
+            })
+    }
+
+    /// Snapshots of every endpoint.
+    pub(crate) fn infos(&self) -> Vec<EndpointInfo> {
+        self.balancer.infos()
+    }
+
+    /// Resolves whenever some endpoint's health changes (see [`Balancer::health_changes`]).
+    pub(crate) fn health_changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.balancer.health_changes()
+    }
+
+    /// What a failed call teaches the balancer (see [`Balancer::learn`]).
+    pub(crate) fn learn(&self, ep: &Endpoint, error: &Error) {
+        self.balancer.learn(ep, error);
+    }
+
+    /// The absolute deadline of a call that starts now.
+    pub(crate) fn deadline_at(&self, deadline: Deadline) -> Option<Instant> {
+        let timeout = match deadline {
+            Deadline::Default => self.options.request_timeout,
+            Deadline::Within(d) => Some(d),
+            Deadline::Unbounded => None,
+        }?;
+        // A bound too far away to add is no bound (Instant arithmetic must not panic).
+        Instant::now().checked_add(timeout)
+    }
+
+    /// Attach the auth token and, for calls that need a leader, `hasleader=true`; returns the
+    /// token generation used and whether a token went out.
+    pub(crate) fn decorate<T>(&self, rpc: Rpc, request: &mut Request<T>) -> (u64, bool) {
+        self.decorate_metadata(rpc, request.metadata_mut())
+    }
+
+    /// [`Transport::decorate`] on bare metadata (requests that arrive as HTTP, through
+    /// [`BalancedChannel`](crate::BalancedChannel)).
+    pub(crate) fn decorate_metadata(&self, rpc: Rpc, metadata: &mut MetadataMap) -> (u64, bool) {
+        if self.options.require_leader && rpc.requires_leader() {
+            metadata.insert(HAS_LEADER_KEY, AsciiMetadataValue::from_static("true"));
+        }
+        match &self.token {
+            Some(cell) => {
+                let generation = cell.attach(metadata);
+                let sent = metadata.contains_key(crate::token::TOKEN_KEY);
+                (generation, sent)
+            }
+            None => (0, false),
+        }
+    }
+
+    /// Whether a token can be renewed (credentials were given).
+    pub(crate) fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// After losing the leader, wait (bounded by the leader grace and the deadline) until a new
+    /// one is known, so that a leader-bound call is not sent to a follower that would forward it
+    /// to the lost leader and hang. Waits on the leader view's changes; probes are woken so the
+    /// new leader is found quickly.
+    pub(crate) async fn await_leader(&self, rpc: Rpc, target: &Target, deadline: Option<Instant>) {
+        if !matches!(target, Target::Any) || rpc.route() != Route::Leader {
+            return;
+        }
+        let Some(since) = self.balancer.leader_outage() else {
+            return;
+        };
+        let mut until = since + self.options.leader_grace;
+        if let Some(d) = deadline {
+            // Keep a little of the deadline for the call itself.
+            until = until.min(d - (d.saturating_duration_since(Instant::now()) / 4));
+        }
+        self.balancer.await_leader(until, LEADER_NUDGE).await;
+    }
+
+    /// The endpoint for the next attempt.
+    pub(crate) fn pick(
+        &self,
+        rpc: Rpc,
+        target: &Target,
+        tried: &[Arc<str>],
+    ) -> Result<Arc<Endpoint>> {
+        match target {
+            Target::Member(ep) => Ok(ep.clone()),
+            Target::Any => self
+                .balancer
+                .pick(rpc.route(), tried)
+                .ok_or(Error::NoEndpoints),
+        }
+    }
+
+    /// Authenticate again, unless another caller already replaced the token of `stale`'s
+    /// generation.
+    pub(crate) async fn renew_token(&self, stale: u64) -> Result<()> {
+        let (Some(cell), Some(credentials)) = (&self.token, &self.options.credentials) else {
+            return Ok(());
+        };
+        let _renewing = cell.renewing.lock().await;
+        if cell.generation() != stale {
+            return Ok(());
+        }
+        let message = AuthenticateRequest {
+            name: credentials.user.clone(),
+            password: credentials.password.clone(),
+        };
+        // Authenticate hashes the password with bcrypt on the server: allow it some time.
+        let limit = self
+            .options
+            .request_timeout
+            .unwrap_or(self.options.connect_timeout * 2);
+        let mut last = Error::NoEndpoints;
+        let mut tried: Vec<Arc<str>> = Vec::new();
+        for _ in 0..self.balancer.endpoints().len() {
+            let Some(ep) = self.balancer.pick(Route::Any, &tried) else {
+                break;
+            };
+            tried.push(ep.url.clone());
+            let mut auth = self.conn(&ep).auth();
+            let call = auth.authenticate(Request::new(message.clone()));
+            match tokio::time::timeout(limit, call).await {
+                Ok(Ok(response)) => {
+                    let token = response.into_inner().token;
+                    let value = token.parse().map_err(|_| Error::InvalidAuthToken)?;
+                    cell.store(value);
+                    tracing::debug!("auth token renewed");
+                    return Ok(());
+                }
+                Ok(Err(status)) => {
+                    last = Error::from_status(status, &ep.url);
+                    self.learn(&ep, &last);
+                    if matches!(last, Error::AuthNotEnabled) {
+                        // Auth is off (or was turned off): call without a token, as etcd's
+                        // clientv3 does; etcd 3.4/3.5 reject a token from before AuthDisable.
+                        cell.clear();
+                        tracing::debug!("auth is not enabled; calling without a token");
+                        return Ok(());
+                    }
+                    if !last.is_retryable() {
+                        return Err(last);
+                    }
+                }
+                Err(_) => {
+                    last = Error::Timeout;
+                    self.learn(&ep, &last);
+                }
+            }
+        }
+        Err(last)
+    }
+}
+
+/// The balancer's part of the options, with the TLS files read now.
+fn balancer_config(options: &Options) -> Result<BalancerConfig> {
+    Ok(BalancerConfig {
+        dial: options.dial()?,
+        health: options.health,
+        probes: ProbeTimers {
+            interval: options.probe_interval,
+            timeout: options.probe_timeout,
+        },
+    })
+}
+
+/// Whether a failed call should log in again and be retried once: etcd rejected the token
+/// (expired, or older than an auth change), or the call went without one (auth was off when the
+/// client last logged in) and etcd now wants a user.
+pub(crate) fn wants_login(err: &Error, sent_token: bool) -> bool {
+    match err {
+        Error::InvalidAuthToken | Error::AuthRequired => true,
+        // Without a token, `--client-cert-auth` makes the certificate's CN the user; its denial
+        // says nothing about what our own user may do.
+        Error::PermissionDenied => !sent_token,
+        _ => false,
+    }
+}

@@ -1,0 +1,294 @@
+//! The call plan: what one call does next, decided from events and the clock alone (no IO).
+//!
+//! The driver ([`super::driver`]) owns the IO: it launches attempts, waits on them and on the
+//! plan's next timer, and feeds every failure and timer here (a success is always the answer).
+//! The plan answers with a [`Step`]: fail, keep waiting, retry after a backoff, hedge to another member, renew
+//! the token and resend, or count a late answer against a member. Because nothing here sleeps
+//! or dials, every rule below has a fast test with a fake clock:
+//!
+//! - a repeatable call is hedged at `min(attempt timeout, remaining deadline / 3)`, computed
+//!   from the call's own deadline, so a short per-call deadline still gets a hedge;
+//! - a definite answer (success, or an error that is not retryable) from any attempt wins;
+//! - a mutation is never sent again after an ambiguous failure (the retry policy says so);
+//! - the token is renewed at most once per call;
+//! - a member is blamed only by the client's own timers: an attempt that owes its answer past
+//!   the attempt timeout, or at the call's deadline. A caller that drops the call blames
+//!   nobody, since the plan is simply gone.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::retry::{Decision, RetryPolicy};
+use crate::rpc::Rpc;
+
+/// At most this many attempts of one repeatable call are in flight at once (the original plus
+/// one hedge): enough to route around one stuck member without doubling the load.
+pub(crate) const MAX_IN_FLIGHT: usize = 2;
+
+/// Names one attempt of a call.
+pub(crate) type AttemptId = u32;
+
+/// What shapes a call's plan, fixed when it starts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PlanConfig {
+    pub(crate) rpc: Rpc,
+    /// Pinned to one member: never sent elsewhere, only resent when it never left.
+    pub(crate) pinned: bool,
+    /// Send a slow repeatable call to a second member too.
+    pub(crate) hedging: bool,
+    /// The call is expected to answer promptly (not a Lock or Campaign that waits by design):
+    /// an answer owed past the attempt timeout counts against the member.
+    pub(crate) prompt: bool,
+    /// The client's attempt timeout.
+    pub(crate) attempt_timeout: Duration,
+    /// Give up on one attempt after this long and try elsewhere (stream opens); `None` waits.
+    pub(crate) attempt_limit: Option<Duration>,
+    /// Whether a token can be renewed at all.
+    pub(crate) has_token: bool,
+    pub(crate) retry: RetryPolicy,
+}
+
+/// How an attempt failed. (A success needs no plan: it is always the call's answer.)
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub(crate) error: Error,
+    /// The request never left the client.
+    pub(crate) unsent: bool,
+    /// A fresh token may make it pass.
+    pub(crate) wants_login: bool,
+}
+
+/// The plan's timers; the driver sleeps until the earliest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// Time to hedge.
+    Hedge,
+    /// This attempt owes its answer past the attempt timeout.
+    Late(AttemptId),
+    /// This attempt reached its limit: abandon it.
+    Limit(AttemptId),
+    /// The call's deadline.
+    Deadline,
+}
+
+/// What the driver does next.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// The call fails with this error; `blame` lists the attempts still owing an answer past
+    /// the attempt timeout (count them against their members).
+    Fail { error: Error, blame: Vec<AttemptId> },
+    /// Keep waiting on the attempts in flight.
+    Wait,
+    /// Sleep `after`, then send a new attempt to another member; `error` is the last failure.
+    Retry { after: Duration, error: Error },
+    /// Send a new attempt to another member now (if there is one; else [`Plan::no_hedge`]).
+    Hedge,
+    /// Renew the token (within the deadline), then send this attempt's request again to the
+    /// same member.
+    Renew,
+    /// Count this attempt's late answer against its member, and keep waiting.
+    Blame(AttemptId),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    id: AttemptId,
+    started: Instant,
+    /// Already counted late by [`Timer::Late`].
+    late: bool,
+}
+
+/// One call's state.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    config: PlanConfig,
+    deadline: Option<Instant>,
+    in_flight: Vec<InFlight>,
+    next_id: AttemptId,
+    /// Attempts launched, the first included (renewals are not counted).
+    attempts: u32,
+    renewed: bool,
+    hedge_at: Option<Instant>,
+}
+
+impl Plan {
+    /// A call starting now, ending at `deadline` (`None`: it waits by design).
+    pub(crate) fn new(config: PlanConfig, deadline: Option<Instant>) -> Self {
+        Plan {
+            config,
+            deadline,
+            in_flight: Vec::new(),
+            next_id: 0,
+            attempts: 0,
+            renewed: false,
+            hedge_at: None,
+        }
+    }
+
+    /// The deadline of the whole call.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// How long to wait before hedging an attempt sent at `now`: the attempt timeout, but at
+    /// most a third of what is left, so that the hedge itself has time to answer.
+    pub(crate) fn hedge_delay(&self, now: Instant) -> Duration {
+        match self.deadline {
+            Some(d) => self
+                .config
+                .attempt_timeout
+                .min(d.saturating_duration_since(now) / 3),
+            None => self.config.attempt_timeout,
+        }
+    }
+
+    /// An attempt was sent at `now` (the first, a retry, a hedge or a resend after renewal);
+    /// returns its id.
+    pub(crate) fn launched(&mut self, now: Instant, renewal: bool) -> AttemptId {
+        let id = self.next_id;
+        self.next_id += 1;
+        if !renewal {
+            self.attempts += 1;
+        }
+        self.in_flight.push(InFlight {
+            id,
+            started: now,
+            late: false,
+        });
+        self.hedge_at = Some(now + self.hedge_delay(now));
+        id
+    }
+
+    /// A hedge was due but there was no other member to send it to: look again later.
+    pub(crate) fn no_hedge(&mut self, now: Instant) {
+        self.hedge_at = Some(now + self.hedge_delay(now));
+    }
+
+    fn can_hedge(&self) -> bool {
+        self.config.hedging
+            && !self.in_flight.is_empty()
+            && self.in_flight.len() < MAX_IN_FLIGHT
+            && self.attempts < self.config.retry.max_attempts
+    }
+
+    /// The earliest timer, if any.
+    pub(crate) fn next_timer(&self) -> Option<(Instant, Timer)> {
+        let mut next: Option<(Instant, Timer)> = self.deadline.map(|d| (d, Timer::Deadline));
+        let mut consider = |at: Instant, timer: Timer| {
+            if next.is_none_or(|(n, _)| at < n) {
+                next = Some((at, timer));
+            }
+        };
+        if let Some(at) = self.hedge_at.filter(|_| self.can_hedge()) {
+            consider(at, Timer::Hedge);
+        }
+        for a in &self.in_flight {
+            if let Some(limit) = self.config.attempt_limit {
+                consider(a.started + limit, Timer::Limit(a.id));
+            }
+            if self.config.prompt && !a.late {
+                consider(a.started + self.config.attempt_timeout, Timer::Late(a.id));
+            }
+        }
+        next
+    }
+
+    /// A timer fired at `now`.
+    pub(crate) fn fire(&mut self, timer: Timer, now: Instant) -> Step {
+        match timer {
+            Timer::Hedge => {
+                self.hedge_at = None;
+                if self.can_hedge() {
+                    Step::Hedge
+                } else {
+                    Step::Wait
+                }
+            }
+            Timer::Late(id) => match self.in_flight.iter_mut().find(|a| a.id == id) {
+                Some(a) => {
+                    a.late = true;
+                    Step::Blame(id)
+                }
+                None => Step::Wait,
+            },
+            Timer::Limit(id) => self.failed(
+                id,
+                Failed {
+                    error: Error::Timeout,
+                    unsent: false,
+                    wants_login: false,
+                },
+                now,
+            ),
+            Timer::Deadline => Step::Fail {
+                error: Error::Timeout,
+                blame: self.owed_late(now),
+            },
+        }
+    }
+
+    /// The attempts in flight that owe their answer past the attempt timeout (prompt calls).
+    fn owed_late(&self, now: Instant) -> Vec<AttemptId> {
+        if !self.config.prompt {
+            return Vec::new();
+        }
+        self.in_flight
+            .iter()
+            .filter(|a| now.saturating_duration_since(a.started) >= self.config.attempt_timeout)
+            .map(|a| a.id)
+            .collect()
+    }
+
+    /// Attempt `id` failed at `now`.
+    pub(crate) fn failed(&mut self, id: AttemptId, failed: Failed, now: Instant) -> Step {
+        let Some(i) = self.in_flight.iter().position(|a| a.id == id) else {
+            return Step::Wait;
+        };
+        self.in_flight.swap_remove(i);
+        let Failed {
+            error,
+            unsent,
+            wants_login,
+        } = failed;
+        if wants_login && !self.renewed && self.config.has_token {
+            self.renewed = true;
+            return Step::Renew;
+        }
+        let decision = if self.config.pinned && !unsent {
+            Decision::Stop
+        } else {
+            self.config
+                .retry
+                .decide(self.config.rpc, &error, unsent, self.attempts)
+        };
+        if decision == Decision::Stop {
+            // Another attempt may still succeed; a definite answer from any member is the
+            // answer.
+            if self.in_flight.is_empty() || !error.is_retryable() {
+                return Step::Fail {
+                    error,
+                    blame: Vec::new(),
+                };
+            }
+            return Step::Wait;
+        }
+        if !self.in_flight.is_empty() {
+            // The hedge is still running; let it answer.
+            return Step::Wait;
+        }
+        let after = self.config.retry.backoff();
+        if self.deadline.is_some_and(|d| now + after >= d) {
+            return Step::Fail {
+                error,
+                blame: Vec::new(),
+            };
+        }
+        Step::Retry { after, error }
+    }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,0 +1,133 @@
+//! Stream opens: server streams and bidirectional streams (watch, keep-alive) through the
+//! same plan and driver as unary calls, one attempt at a time, each bounded.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::Request;
+
+use super::{Conn, Deadline, Target, Transport};
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::rpc::Rpc;
+
+/// Room for requests queued on a bidirectional stream before `send` waits: enough for a burst
+/// of watch creates or keep-alives, small enough that a stuck stream pushes back on the caller.
+const STREAM_REQUEST_BUFFER: usize = 64;
+
+impl Transport {
+    /// Open a stream: the request is built by `make` for each attempt (a stream body cannot be
+    /// cloned). Each attempt's opening is bounded by the attempt limit, the whole by the
+    /// deadline; repeatable streams are retried on other members.
+    pub(crate) async fn open_stream<Body, Resp, M, F, Fut>(
+        &self,
+        rpc: Rpc,
+        target: Target,
+        deadline: Deadline,
+        make: M,
+        call: F,
+    ) -> Result<(Arc<Endpoint>, tonic::Streaming<Resp>)>
+    where
+        M: Fn() -> Body,
+        F: Fn(Conn, Request<Body>) -> Fut,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
+    {
+        self.drive(rpc, target, deadline, true, make, call).await
+    }
+
+    /// Open a bidirectional stream with `first` already queued (etcd answers the headers only
+    /// with its first message, so an empty stream would never open), and hand back the sender
+    /// for further requests and the typed response stream.
+    pub(crate) async fn open_bidi<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        target: Target,
+        deadline: Deadline,
+        first: Req,
+        call: F,
+    ) -> Result<(
+        tokio::sync::mpsc::Sender<Req>,
+        crate::stream::ResponseStream<Resp>,
+    )>
+    where
+        Req: Clone + Send + 'static,
+        F: Fn(Conn, Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
+    {
+        // Each attempt needs its own channel; keep the sender of the attempt that opened.
+        let sender = std::sync::Mutex::new(None);
+        let make = || {
+            let (tx, rx) = tokio::sync::mpsc::channel(STREAM_REQUEST_BUFFER);
+            tx.try_send(first.clone())
+                .expect("a new channel has room for one message");
+            *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+            tokio_stream::wrappers::ReceiverStream::new(rx)
+        };
+        let (ep, streaming) = self.open_stream(rpc, target, deadline, make, call).await?;
+        let tx = sender
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .expect("make ran before the stream opened");
+        let stream = crate::stream::ResponseStream::new(streaming, ep.url.clone());
+        Ok((tx, stream))
+    }
+
+    /// [`open_bidi`](Self::open_bidi) for long-lived background streams (lease keep-alive,
+    /// shared watch): the whole open is bounded by `limit`, and the endpoint serving the stream
+    /// is returned too, so that the task owning the stream can blame it when the stream dies.
+    pub(crate) async fn open_supervised<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        first: Req,
+        limit: Duration,
+        call: F,
+    ) -> Result<(
+        tokio::sync::mpsc::Sender<Req>,
+        crate::stream::ResponseStream<Resp>,
+        Arc<Endpoint>,
+    )>
+    where
+        Req: Clone + Send + 'static,
+        F: Fn(Conn, Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
+    {
+        let opening = self.open_bidi(rpc, Target::Any, Deadline::Default, first, call);
+        let (tx, answers) = tokio::time::timeout(limit, opening)
+            .await
+            .map_err(|_| Error::Timeout)??;
+        let endpoint = self.endpoint(answers.endpoint())?;
+        Ok((tx, answers, endpoint))
+    }
+
+    /// Open a server stream: like [`unary`](Self::unary) but the response is a stream.
+    pub(crate) async fn open_server_stream<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        target: Target,
+        deadline: Deadline,
+        message: Req,
+        call: F,
+    ) -> Result<crate::stream::ResponseStream<Resp>>
+    where
+        Req: Clone,
+        F: Fn(Conn, Request<Req>) -> Fut,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
+    {
+        let (ep, streaming) = self
+            .open_stream(rpc, target, deadline, || message.clone(), call)
+            .await?;
+        Ok(crate::stream::ResponseStream::new(
+            streaming,
+            ep.url.clone(),
+        ))
+    }
+}

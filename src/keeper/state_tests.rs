@@ -1,0 +1,220 @@
+//! Tests of the keeper's bookkeeping alone (paused time, no stream).
+
+use super::*;
+
+const TTL: Duration = Duration::from_secs(6);
+
+/// A granted lease (confirmed, expiring at now + TTL) and its handle's receiver.
+fn granted(table: &mut Table, id: i64) -> watch::Receiver<View> {
+    let now = Instant::now();
+    let (tx, rx) = watch::channel(View {
+        ttl: TTL,
+        expires_at: now + TTL,
+        confirmed: true,
+        renewals: 0,
+        lost: None,
+    });
+    table.insert(id, 1, tx, now + TTL / 3);
+    rx
+}
+
+fn table() -> Table {
+    Table::new(Duration::from_secs(5))
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_is_due_at_a_third_of_the_ttl() {
+    let mut t = table();
+    let _rx = granted(&mut t, 1);
+    assert!(t.due(Instant::now()).is_empty());
+    let start = Instant::now();
+    assert_eq!(t.next_deadline(true), Some(start + TTL / 3));
+    // Without a stream only the expiry wakes the task (nothing can be sent).
+    assert_eq!(t.next_deadline(false), Some(start + TTL));
+    tokio::time::advance(TTL / 3).await;
+    assert_eq!(t.due(Instant::now()), [1]);
+    t.sent(1, Instant::now());
+    // One request at a time.
+    assert!(t.due(Instant::now()).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn expiry_counts_from_the_send_time_not_the_answer() {
+    let mut t = table();
+    let rx = granted(&mut t, 1);
+    let sent = Instant::now();
+    t.sent(1, sent);
+    // A slow answer: 800 ms later.
+    tokio::time::advance(Duration::from_millis(800)).await;
+    assert_eq!(t.answered(1, 6), Answer::Renewed(sent + TTL));
+    let v = *rx.borrow();
+    assert_eq!(v.expires_at, sent + TTL);
+    assert_eq!(v.renewals, 1);
+    // Next renewal a third of the TTL after the send.
+    assert_eq!(t.next_deadline(true), Some(sent + TTL / 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn expiry_never_moves_back() {
+    let mut t = table();
+    let rx = granted(&mut t, 1);
+    let first = rx.borrow().expires_at;
+    // An answer for a request sent before the grant's send time cannot exist, but a smaller
+    // TTL can (a lease granted elsewhere with a shorter TTL): the expiry keeps the max.
+    t.sent(1, Instant::now());
+    assert_eq!(t.answered(1, 2), Answer::Renewed(first));
+    assert_eq!(rx.borrow().expires_at, first);
+    assert_eq!(rx.borrow().ttl, Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_expiry_marks_lost_exactly_at_expires_at() {
+    let mut t = table();
+    let rx = granted(&mut t, 1);
+    let expires = rx.borrow().expires_at;
+    tokio::time::advance(TTL - Duration::from_millis(1)).await;
+    assert!(t.expire(Instant::now()).is_empty());
+    assert!(!rx.borrow().is_lost(Instant::now()));
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(Instant::now(), expires);
+    assert_eq!(t.expire(Instant::now()), [1]);
+    assert_eq!(rx.borrow().lost, Some(Lost::Expired));
+    assert!(t.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn ttl_zero_means_gone() {
+    let mut t = table();
+    let rx = granted(&mut t, 1);
+    t.sent(1, Instant::now());
+    assert_eq!(t.answered(1, 0), Answer::Gone);
+    assert_eq!(rx.borrow().lost, Some(Lost::Gone));
+    assert!(t.is_empty());
+    // Another -1 answer for something no longer kept is ignored.
+    assert_eq!(t.answered(1, -1), Answer::Unexpected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_after_the_local_expiry_does_not_revive() {
+    let mut t = table();
+    let rx = granted(&mut t, 1);
+    tokio::time::advance(TTL / 3).await;
+    t.sent(1, Instant::now());
+    // A reader saw it expire...
+    tokio::time::advance(TTL).await;
+    assert!(rx.borrow().is_lost(Instant::now()));
+    // ...so the late answer keeps it lost.
+    assert_eq!(t.answered(1, 6), Answer::Late);
+    assert_eq!(rx.borrow().lost, Some(Lost::Expired));
+    assert!(t.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn unconfirmed_expiry_is_replaced_by_the_first_answer() {
+    let mut t = table();
+    let now = Instant::now();
+    // Kept by id, with a generous wait bound.
+    let (tx, rx) = watch::channel(View {
+        ttl: Duration::from_secs(30),
+        expires_at: now + Duration::from_secs(30),
+        confirmed: false,
+        renewals: 0,
+        lost: None,
+    });
+    t.insert(7, 1, tx, now);
+    assert_eq!(t.due(now), [7]);
+    t.sent(7, now);
+    // The server says 6 s: the expiry comes *earlier* than the wait bound.
+    assert_eq!(t.answered(7, 6), Answer::Renewed(now + TTL));
+    let v = *rx.borrow();
+    assert!(v.confirmed);
+    assert_eq!(v.expires_at, now + TTL);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stream_failure_makes_every_lease_due_at_once() {
+    let mut t = table();
+    let _a = granted(&mut t, 1);
+    let _b = granted(&mut t, 2);
+    t.sent(1, Instant::now());
+    tokio::time::advance(Duration::from_millis(100)).await;
+    t.stream_lost(Instant::now());
+    let mut due = t.due(Instant::now());
+    due.sort_unstable();
+    assert_eq!(due, [1, 2]);
+    // The lost request's answer will never come; nothing is owed without a stream.
+    assert!(!t.is_silent(Instant::now() + Duration::from_secs(60)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn silence_is_measured_from_the_stream_opening_and_the_last_answer() {
+    let mut t = table();
+    let _a = granted(&mut t, 1);
+    let _b = granted(&mut t, 2);
+    let limit = TTL / 3;
+    assert_eq!(t.silence_limit(), limit);
+    // Opening took long; the silence clock starts when it opened.
+    t.sent(1, Instant::now());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    t.stream_opened(Instant::now());
+    assert!(!t.is_silent(Instant::now()));
+    t.sent(2, Instant::now());
+    tokio::time::advance(limit - Duration::from_millis(1)).await;
+    assert!(!t.is_silent(Instant::now()));
+    // An answer for 1 restarts the clock for what is still owed (2).
+    assert!(matches!(t.answered(1, 6), Answer::Renewed(_)));
+    tokio::time::advance(limit - Duration::from_millis(1)).await;
+    assert!(!t.is_silent(Instant::now()));
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(t.is_silent(Instant::now()));
+    assert_eq!(t.owed_for(Instant::now()), limit);
+    // Nothing owed, nothing silent.
+    assert!(matches!(t.answered(2, 6), Answer::Renewed(_)));
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert!(!t.is_silent(Instant::now()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn silence_limit_is_capped() {
+    let mut t = Table::new(Duration::from_secs(2));
+    let (tx, _rx) = watch::channel(View {
+        ttl: Duration::from_secs(60),
+        expires_at: Instant::now() + Duration::from_secs(60),
+        confirmed: true,
+        renewals: 0,
+        lost: None,
+    });
+    t.insert(1, 1, tx, Instant::now());
+    assert_eq!(t.silence_limit(), Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn forget_only_drops_the_same_registration() {
+    let mut t = table();
+    let _old = granted(&mut t, 1);
+    let (tx, _rx) = watch::channel(View {
+        ttl: TTL,
+        expires_at: Instant::now() + TTL,
+        confirmed: true,
+        renewals: 0,
+        lost: None,
+    });
+    t.insert(1, 2, tx, Instant::now());
+    assert!(!t.forget(1, 1));
+    assert_eq!(t.len(), 1);
+    assert!(t.forget(1, 2));
+    assert!(t.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn most_urgent_is_closest_to_expiry() {
+    let mut t = table();
+    let _a = granted(&mut t, 1);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let _b = granted(&mut t, 2);
+    assert_eq!(t.most_urgent(), Some(1));
+    tokio::time::advance(Duration::from_millis(10)).await;
+    t.sent(1, Instant::now());
+    assert!(matches!(t.answered(1, 6), Answer::Renewed(_)));
+    assert_eq!(t.most_urgent(), Some(2));
+}

@@ -1,0 +1,250 @@
+//! The KV service: range, put, delete range, txn and compact, with option builders for each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::call::{Deadline, Target, Transport};
+use crate::error::Result;
+use crate::proto::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeResponse, PutResponse, RangeRequest,
+    RangeResponse, TxnResponse,
+};
+use crate::rpc::Rpc;
+use crate::txn::Txn;
+
+mod options;
+pub use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
+pub use options::{DeleteOptions, GetOptions, PutOptions, prefix_end};
+
+/// The KV service. Get one with [`Client::kv`](crate::Client::kv).
+///
+/// ```no_run
+/// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+/// use etcd_ha::{GetOptions, PutOptions};
+/// let kv = client.kv();
+/// kv.put("app/a", "1", PutOptions::new()).await?;
+/// kv.put("app/b", "2", PutOptions::new()).await?;
+/// let all = kv.get("app/", GetOptions::new().with_prefix()).await?;
+/// assert_eq!(all.count, 2);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Kv {
+    transport: Arc<Transport>,
+    /// The caller's own deadline for every call made through this handle.
+    timeout: Option<Duration>,
+}
+
+impl Kv {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+        Kv {
+            transport,
+            timeout: None,
+        }
+    }
+
+    /// The same handle with its own deadline for every call made through it, instead of the
+    /// client's request timeout (also for calls that otherwise wait without one, such as a
+    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
+    /// a hedge at a third of it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use std::time::Duration;
+    /// client.kv().with_timeout(Duration::from_millis(200)).get("k", Default::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Read `key` (or the range the options describe).
+    ///
+    /// ```no_run
+    /// # async fn demo(kv: etcd_ha::Kv) -> etcd_ha::Result<()> {
+    /// let resp = kv.get("k", etcd_ha::GetOptions::new().with_serializable()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get(&self, key: impl Into<Vec<u8>>, options: GetOptions) -> Result<RangeResponse> {
+        self.range(options.into_request(key.into())).await
+    }
+
+    /// Send a raw [`RangeRequest`].
+    ///
+    /// ```no_run
+    /// # async fn demo(kv: etcd_ha::Kv) -> etcd_ha::Result<()> {
+    /// use etcd_ha::proto::etcdserverpb::RangeRequest;
+    /// let resp = kv.range(RangeRequest { key: b"k".to_vec(), ..Default::default() }).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
+        self.transport
+            .unary(
+                Rpc::Range {
+                    serializable: request.serializable,
+                },
+                Target::Any,
+                Deadline::Default.within(self.timeout),
+                request,
+                |c, r| async move { c.kv().range(r).await },
+            )
+            .await
+            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
+    }
+
+    /// Write `value` at `key`.
+    ///
+    /// ```no_run
+    /// # async fn demo(kv: etcd_ha::Kv) -> etcd_ha::Result<()> {
+    /// let resp = kv.put("k", "v", etcd_ha::PutOptions::new().with_prev_kv()).await?;
+    /// let previous = resp.prev_kv;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn put(
+        &self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+        options: PutOptions,
+    ) -> Result<PutResponse> {
+        let request = options.into_request(key.into(), value.into());
+        self.transport
+            .unary(
+                Rpc::Put,
+                Target::Any,
+                Deadline::Default.within(self.timeout),
+                request,
+                |c, r| async move { c.kv().put(r).await },
+            )
+            .await
+            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
+    }
+
+    /// Delete `key` (or the range the options describe).
+    ///
+    /// ```no_run
+    /// # async fn demo(kv: etcd_ha::Kv) -> etcd_ha::Result<()> {
+    /// let resp = kv.delete("app/", etcd_ha::DeleteOptions::new().with_prefix()).await?;
+    /// println!("deleted {}", resp.deleted);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn delete(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: DeleteOptions,
+    ) -> Result<DeleteRangeResponse> {
+        let request = options.into_request(key.into());
+        self.transport
+            .unary(
+                Rpc::DeleteRange,
+                Target::Any,
+                Deadline::Default.within(self.timeout),
+                request,
+                |c, r| async move { c.kv().delete_range(r).await },
+            )
+            .await
+            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
+    }
+
+    /// Run a transaction.
+    ///
+    /// ```no_run
+    /// # async fn demo(kv: etcd_ha::Kv) -> etcd_ha::Result<()> {
+    /// use etcd_ha::{Compare, CompareOp, Txn, TxnOp, PutOptions};
+    /// let txn = Txn::new()
+    ///     .when([Compare::version("k", CompareOp::Equal, 0)])
+    ///     .and_then([TxnOp::put("k", "created", PutOptions::new())]);
+    /// let created = kv.txn(txn).await?.succeeded;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        let request = txn.into_request();
+        // A txn that only reads is as safe to repeat as a range.
+        let rpc = Rpc::Txn {
+            read_only: crate::txn::is_read_only(&request),
+        };
+        self.transport
+            .unary(
+                rpc,
+                Target::Any,
+                Deadline::Default.within(self.timeout),
+                request,
+                |c, r| async move { c.kv().txn(r).await },
+            )
+            .await
+            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
+    }
+
+    /// Compact the key-value history up to `revision`. With `physical`, the call returns only
+    /// once the compaction is applied to the backend.
+    ///
+    /// ```no_run
+    /// # async fn demo(kv: etcd_ha::Kv) -> etcd_ha::Result<()> {
+    /// let rev = kv.get("k", Default::default()).await?.header.unwrap().revision;
+    /// kv.compact(rev, true).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn compact(&self, revision: i64, physical: bool) -> Result<CompactionResponse> {
+        let request = CompactionRequest { revision, physical };
+        self.transport
+            .unary(
+                Rpc::Compact,
+                Target::Any,
+                Deadline::Default.within(self.timeout),
+                request,
+                |c, r| async move { c.kv().compact(r).await },
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_cases() {
+        assert_eq!(prefix_end(b"a"), b"b");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
+    }
+
+    #[test]
+    fn get_options_build_requests() {
+        let r = GetOptions::new()
+            .with_prefix()
+            .with_limit(3)
+            .into_request(b"k/".to_vec());
+        assert_eq!(r.key, b"k/");
+        assert_eq!(r.range_end, b"k0");
+        assert_eq!(r.limit, 3);
+        let r = GetOptions::new()
+            .with_from_key()
+            .into_request(b"m".to_vec());
+        assert_eq!(r.range_end, vec![0]);
+        let r = GetOptions::new()
+            .with_sort(SortTarget::Mod, SortOrder::Descend)
+            .into_request(b"m".to_vec());
+        assert_eq!(r.sort_target, SortTarget::Mod as i32);
+        assert_eq!(r.sort_order, SortOrder::Descend as i32);
+    }
+
+    #[test]
+    fn delete_options_build_requests() {
+        let r = DeleteOptions::new()
+            .with_prefix()
+            .with_prev_kv()
+            .into_request(b"x".to_vec());
+        assert_eq!(r.range_end, b"y");
+        assert!(r.prev_kv);
+    }
+}
