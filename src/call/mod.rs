@@ -10,6 +10,7 @@ mod driver;
 mod members;
 pub(crate) mod plan;
 mod streams;
+pub(crate) mod supervise;
 
 use std::fmt;
 use std::sync::Arc;

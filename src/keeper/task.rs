@@ -6,10 +6,7 @@
 //! It runs while at least one lease is kept and the client is alive; [`Shared::send`] starts a
 //! new one when a lease is kept after it stopped.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
@@ -19,31 +16,12 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::state::{Answer, Table, View};
 use crate::call::Transport;
-use crate::endpoint::{Endpoint, HealthState};
+use crate::call::supervise::{self, FULL_RETRY, Supervisor};
+use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-
-/// How often an open stream's member is checked for ejection: a member the probers found dead
-/// or frozen is left before the stream's own silence limit would notice.
-const HEALTH_POLL: Duration = Duration::from_millis(100);
-
-/// First wait after a failed open; the n-th consecutive failure waits n times as long, up to
-/// [`MAX_REOPEN_BACKOFF`]. Each open already retried across members for a request timeout, so
-/// this only keeps a dead cluster from being hammered; short, so a recovered cluster is found
-/// quickly.
-const REOPEN_BACKOFF: Duration = Duration::from_millis(100);
-
-/// Longest wait between failed opens.
-const MAX_REOPEN_BACKOFF: Duration = Duration::from_millis(500);
-
-/// A stream that dies sooner than this after opening counts as a failed open for the backoff
-/// (a member that accepts streams and drops them at once must not be reopened in a tight loop).
-const MIN_STREAM_LIFE: Duration = Duration::from_secs(1);
-
-/// When the request channel is full (the stream pushes back), try again this much later.
-const FULL_RETRY: Duration = Duration::from_millis(10);
 
 /// What handles ask of the task.
 pub(super) enum Command {
@@ -58,15 +36,8 @@ pub(super) enum Command {
     Forget { id: i64, generation: u64 },
 }
 
-/// An open stream: the request sender, the answers, the member serving it.
-type Opened = (
-    mpsc::Sender<LeaseKeepAliveRequest>,
-    ResponseStream<LeaseKeepAliveResponse>,
-    Arc<Endpoint>,
-);
-
-/// A stream being opened.
-type Opening = Pin<Box<dyn Future<Output = Result<Opened>> + Send>>;
+/// An open keep-alive stream.
+type Opened = supervise::Opened<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
 
 /// The keep-alive stream's state.
 // One value per task, moved rarely: boxing the big variant would buy nothing.
@@ -80,7 +51,7 @@ enum Link {
     },
     /// Being opened with a first keep-alive already queued.
     Opening {
-        open: Opening,
+        open: supervise::Opening<LeaseKeepAliveRequest, LeaseKeepAliveResponse>,
         started: Instant,
         failures: u32,
     },
@@ -117,18 +88,17 @@ impl Link {
 pub(super) struct KeeperTask {
     /// For the exit handshake and the stream counter.
     shared: Arc<Shared>,
-    /// Weak: the keeper must not keep the client alive (it lives inside it).
-    transport: Weak<Transport>,
+    /// Opens the stream and judges its member (holds the client weakly: the keeper must not
+    /// keep the client alive).
+    supervisor: Supervisor,
     /// Cancelled when the client goes away: nothing can be renewed after that.
     cancel: CancellationToken,
     /// Keep / forget requests from handles.
     commands: mpsc::UnboundedReceiver<Command>,
-    /// Bound on opening one stream (the request timeout).
-    open_limit: Duration,
     /// The leases and what the stream owes.
     table: Table,
-    /// Wakes the task when an endpoint's health changes, so that it leaves an ejected member
-    /// at once (the periodic look stays as a fallback).
+    /// Wakes the task when an endpoint's health changes, so that it leaves an ejected or
+    /// leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
 }
 
@@ -144,10 +114,9 @@ impl KeeperTask {
             .unwrap_or(crate::options::DEFAULT_REQUEST_TIMEOUT);
         KeeperTask {
             shared,
-            transport: Arc::downgrade(transport),
+            supervisor: Supervisor::new(transport),
             cancel: transport.cancel.child_token(),
             commands,
-            open_limit,
             table: Table::new(open_limit),
             health: transport.health_changes(),
         }
@@ -180,10 +149,7 @@ impl KeeperTask {
                 Link::Up { tx, .. } if tx.capacity() == 0 => {
                     wake = Some(now + FULL_RETRY);
                 }
-                Link::Up { .. } => {
-                    wake = Some(wake.map_or(now + HEALTH_POLL, |w| w.min(now + HEALTH_POLL)))
-                }
-                Link::Opening { .. } => {}
+                Link::Up { .. } | Link::Opening { .. } => {}
             }
             let sleep = async {
                 match wake {
@@ -201,7 +167,7 @@ impl KeeperTask {
                 event = link.event() => link = self.on_event(link, event),
                 // Some endpoint's health changed: is ours ejected?
                 Ok(()) = self.health.changed() => {}
-                // A renewal, an expiry, the silence limit, a health check or a retry is due.
+                // A renewal, an expiry, the silence limit or a retry is due.
                 () = sleep => {}
             }
         }
@@ -265,8 +231,13 @@ impl KeeperTask {
                         now,
                     );
                 }
-                if self.better_elsewhere(&endpoint) {
-                    tracing::info!(endpoint = %endpoint.url, "keep-alive stream's member ejected; reopening elsewhere");
+                if self.supervisor.better_elsewhere(&endpoint) {
+                    let health = endpoint.state();
+                    tracing::info!(
+                        endpoint = %endpoint.url,
+                        ?health,
+                        "keep-alive stream's member is unhealthy; reopening elsewhere"
+                    );
                     return self.lost_stream(&endpoint, None, opened, failures, now);
                 }
                 for id in self.table.due(now) {
@@ -306,21 +277,13 @@ impl KeeperTask {
         // Sent now as far as the expiry is concerned: whichever attempt of the open carries
         // it, it leaves no earlier than this.
         self.table.sent(first, now);
-        let transport = self.transport.clone();
-        let limit = self.open_limit;
-        let open = async move {
-            let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            transport
-                .open_supervised(
-                    Rpc::LeaseKeepAlive,
-                    LeaseKeepAliveRequest { id: first },
-                    limit,
-                    |c, r| async move { c.lease().lease_keep_alive(r).await },
-                )
-                .await
-        };
+        let open = self.supervisor.open(
+            Rpc::LeaseKeepAlive,
+            LeaseKeepAliveRequest { id: first },
+            |c, r| async move { c.lease().lease_keep_alive(r).await },
+        );
         Link::Opening {
-            open: Box::pin(open),
+            open,
             started: now,
             failures,
         }
@@ -355,12 +318,12 @@ impl KeeperTask {
             (Link::Opening { failures, .. }, LinkEvent::Opened(Err(error))) => {
                 // The transport already blamed the members it tried.
                 self.table.stream_lost(now);
-                let failures = failures + 1;
-                let wait = backoff(failures);
-                tracing::warn!(%error, retry_in = ?wait, "keep-alive stream did not open");
+                let reopen = supervise::failed_open(failures, now);
+                let retry_in = reopen.at - now;
+                tracing::warn!(%error, ?retry_in, "keep-alive stream did not open");
                 Link::Down {
-                    retry_at: now + wait,
-                    failures,
+                    retry_at: reopen.at,
+                    failures: reopen.failures,
                 }
             }
             (
@@ -422,43 +385,12 @@ impl KeeperTask {
         failures: u32,
         now: Instant,
     ) -> Link {
-        if let (Some(error), Some(transport)) = (error, self.transport.upgrade()) {
-            transport.learn(endpoint, error);
-        }
+        let reopen = self.supervisor.lost(endpoint, error, opened, failures, now);
         self.table.stream_lost(now);
         self.shared.set_stream_endpoint(None);
-        if now - opened < MIN_STREAM_LIFE {
-            let failures = failures + 1;
-            Link::Down {
-                retry_at: now + backoff(failures),
-                failures,
-            }
-        } else {
-            Link::Down {
-                retry_at: now,
-                failures: 0,
-            }
+        Link::Down {
+            retry_at: reopen.at,
+            failures: reopen.failures,
         }
     }
-
-    /// Whether the stream's member is ejected while another is not: the probers or other
-    /// requests found it dead, frozen or cut off before our own silence limit did.
-    fn better_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
-        if endpoint.state() != HealthState::Ejected {
-            return false;
-        }
-        let Some(transport) = self.transport.upgrade() else {
-            return false;
-        };
-        transport
-            .balancer
-            .endpoints()
-            .iter()
-            .any(|e| !Arc::ptr_eq(e, endpoint) && e.state() != HealthState::Ejected)
-    }
-}
-
-/// Wait after the n-th consecutive failed open.
-fn backoff(failures: u32) -> Duration {
-    (REOPEN_BACKOFF * failures).min(MAX_REOPEN_BACKOFF)
 }

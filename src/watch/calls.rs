@@ -7,8 +7,8 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use super::hub::{HubTask, Internal};
-use super::link::backoff;
 use super::progress::orders_progress;
+use crate::call::supervise::backoff;
 use crate::call::{Deadline, Target, Transport};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};

@@ -35,12 +35,10 @@ use super::link::{Link, cancel_request};
 use super::managed::{BUFFER, Control, WatchBatch, WatchStream};
 use super::resume::Cursor;
 use crate::call::Transport;
+use crate::call::supervise::Supervisor;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, watch_request::RequestUnion};
 use crate::proto::mvccpb::KeyValue;
-
-/// Bound on opening a stream when the client has no request timeout.
-const DEFAULT_OPEN_LIMIT: Duration = Duration::from_secs(5);
 
 /// The client's watch hub: a handle on its task. Cheap to clone.
 #[derive(Clone)]
@@ -267,12 +265,10 @@ pub(super) struct HubTask {
     pub(super) next_watch_id: i64,
     /// Streams opened (for `Up::generation`).
     pub(super) generation: u64,
-    /// Bound on opening one stream (the request timeout).
-    pub(super) open_limit: Duration,
-    /// Whether the stream is opened with require-leader (the client's option).
-    pub(super) require_leader: bool,
+    /// Opens the stream and judges its member (the same rules as the lease keeper's).
+    pub(super) supervisor: Supervisor,
     /// Wakes the task when an endpoint's health changes, so that the stream leaves an ejected
-    /// or leaderless member at once (the periodic look stays as a fallback).
+    /// or leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
 }
 
@@ -294,11 +290,7 @@ impl HubTask {
             queue: VecDeque::new(),
             next_watch_id: 1,
             generation: 0,
-            open_limit: transport
-                .options
-                .request_timeout
-                .unwrap_or(DEFAULT_OPEN_LIMIT),
-            require_leader: transport.options.require_leader,
+            supervisor: Supervisor::new(transport),
             health: transport.health_changes(),
         }
     }

@@ -3,8 +3,6 @@
 //! as the probers see it), sending creates and cancels, and leaving it for another member.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -15,7 +13,8 @@ use tokio::time::Instant;
 
 use super::hub::{HubTask, State};
 use super::progress::{Due, Liveness, Probe, ProgressGate};
-use crate::endpoint::{Endpoint, HealthState};
+use crate::call::supervise::{self, FULL_RETRY};
+use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
@@ -24,41 +23,15 @@ use crate::proto::etcdserverpb::{
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
-/// How often an open stream's member is checked for ejection: a member the probers found dead
-/// or cut off is left before the stream's own silence limit would notice.
-const HEALTH_POLL: Duration = Duration::from_millis(250);
-
-/// First wait after a failed open; the n-th consecutive failure waits n times as long, up to
-/// [`MAX_REOPEN_BACKOFF`]. Each open already retried across members for a request timeout, so
-/// this only keeps a dead cluster from being hammered; short, so a recovered one is found fast.
-const REOPEN_BACKOFF: Duration = Duration::from_millis(100);
-
-/// Longest wait between failed opens.
-const MAX_REOPEN_BACKOFF: Duration = Duration::from_millis(500);
-
-/// A stream that dies sooner than this after opening counts as a failed open for the backoff
-/// (a member that accepts streams and drops them at once must not be reopened in a tight loop).
-const MIN_STREAM_LIFE: Duration = Duration::from_secs(1);
-
 /// The key of the canary watch (see `progress.rs`): any key does; this one is never written
 /// by anyone sane, so the canary sees no events.
 const CANARY_KEY: &[u8] = b"\0etcd-ha/watch-liveness";
 
-/// When the stream's request channel is full, try again this much later.
-const FULL_RETRY: Duration = Duration::from_millis(10);
-
 /// A stream with no watch left is closed after this long (a watch made soon after reuses it).
 const IDLE_LINGER: Duration = Duration::from_secs(10);
 
-/// An open stream: its request sender, its responses, its member.
-pub(super) type Opened = (
-    mpsc::Sender<WatchRequest>,
-    ResponseStream<WatchResponse>,
-    Arc<Endpoint>,
-);
-
-/// A stream being opened.
-pub(super) type Opening = Pin<Box<dyn Future<Output = Result<Opened>> + Send>>;
+/// An open watch stream.
+pub(super) type Opened = supervise::Opened<WatchRequest, WatchResponse>;
 
 /// The shared stream's state.
 // One value per task, moved rarely: boxing would buy nothing.
@@ -68,7 +41,7 @@ pub(super) enum Link {
     Down { retry_at: Instant, failures: u32 },
     /// Being opened with the create of watch `first` (key, watch id) as its first message.
     Opening {
-        open: Opening,
+        open: supervise::Opening<WatchRequest, WatchResponse>,
         started: Instant,
         failures: u32,
         first: (u64, i64),
@@ -104,8 +77,8 @@ pub(super) struct Up {
     pub(super) outbox: VecDeque<WatchRequest>,
     /// Since when no watch is left.
     pub(super) idle_since: Option<Instant>,
-    /// When to look at the member's health next (see [`HEALTH_POLL`]).
-    pub(super) health_check_at: Instant,
+    /// Look at the member's health on the next advance (some endpoint's health changed).
+    pub(super) check_health: bool,
 }
 
 /// What happened on the link.
@@ -123,7 +96,7 @@ impl Link {
     /// than at the next periodic health check.
     pub(super) fn check_health_now(&mut self) {
         if let Link::Up(up) = self {
-            up.health_check_at = Instant::now();
+            up.check_health = true;
         }
     }
 
@@ -144,7 +117,7 @@ impl HubTask {
             Link::Down { retry_at, .. } => self.has_queued().then_some(*retry_at),
             Link::Opening { .. } => None,
             Link::Up(up) => {
-                let mut wake = up.liveness.next_wake().min(up.health_check_at);
+                let mut wake = up.liveness.next_wake();
                 if (!up.outbox.is_empty() || self.has_queued()) && up.tx.capacity() == 0 {
                     wake = wake.min(now + FULL_RETRY);
                 }
@@ -172,12 +145,16 @@ impl HubTask {
                     Due::Probe => self.probe(&mut up, now),
                     Due::Nothing => {}
                 }
-                if now >= up.health_check_at {
-                    up.health_check_at = now + HEALTH_POLL;
-                    if self.better_elsewhere(&up.endpoint) {
-                        tracing::info!(endpoint = %up.endpoint.url, health = ?up.endpoint.state(), "watch stream's member is unhealthy; reopening elsewhere");
-                        return self.lose(up, None, now);
-                    }
+                if std::mem::take(&mut up.check_health)
+                    && self.supervisor.better_elsewhere(&up.endpoint)
+                {
+                    let health = up.endpoint.state();
+                    tracing::info!(
+                        endpoint = %up.endpoint.url,
+                        ?health,
+                        "watch stream's member is unhealthy; reopening elsewhere"
+                    );
+                    return self.lose(up, None, now);
                 }
                 if self.entries.is_empty() {
                     let since = *up.idle_since.get_or_insert(now);
@@ -272,18 +249,14 @@ impl HubTask {
         let entry = self.entries.get_mut(&key).expect("popped keys exist");
         entry.state = State::Creating { watch_id };
         let first = entry.create_request(watch_id);
-        let transport = self.transport.clone();
-        let limit = self.open_limit;
-        let open = async move {
-            let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            transport
-                .open_supervised(Rpc::Watch, first, limit, |c, r| async move {
-                    c.watch().watch(r).await
-                })
-                .await
-        };
+        let open =
+            self.supervisor.open(
+                Rpc::Watch,
+                first,
+                |c, r| async move { c.watch().watch(r).await },
+            );
         Link::Opening {
-            open: Box::pin(open),
+            open,
             started: now,
             failures,
             first: (key, watch_id),
@@ -322,7 +295,8 @@ impl HubTask {
                     gate: ProgressGate::default(),
                     outbox: VecDeque::new(),
                     idle_since: None,
-                    health_check_at: now + HEALTH_POLL,
+                    // The member may have turned bad while the stream was opening.
+                    check_health: true,
                 }))
             }
             (
@@ -342,12 +316,12 @@ impl HubTask {
                     tracing::warn!(%error, "watch stream cannot be opened; ending every watch");
                     self.end_all(fatal);
                 }
-                let failures = failures + 1;
-                let wait = backoff(failures);
-                tracing::warn!(%error, retry_in = ?wait, "watch stream did not open");
+                let reopen = supervise::failed_open(failures, now);
+                let retry_in = reopen.at - now;
+                tracing::warn!(%error, ?retry_in, "watch stream did not open");
                 Link::Down {
-                    retry_at: now + wait,
-                    failures,
+                    retry_at: reopen.at,
+                    failures: reopen.failures,
                 }
             }
             (Link::Up(mut up), LinkEvent::Answer(answer)) => match answer {
@@ -372,9 +346,9 @@ impl HubTask {
     /// Leave the stream: tell the transport what went wrong with its member (so the next pick
     /// avoids it), and queue every watch on it for a resume on the next stream.
     pub(super) fn lose(&mut self, up: Box<Up>, error: Option<&Error>, now: Instant) -> Link {
-        if let (Some(error), Some(transport)) = (error, self.transport.upgrade()) {
-            transport.learn(&up.endpoint, error);
-        }
+        let reopen = self
+            .supervisor
+            .lost(&up.endpoint, error, up.opened, up.failures, now);
         self.inner.set_endpoint(None);
         let mut moved: Vec<u64> = self
             .entries
@@ -390,38 +364,10 @@ impl HubTask {
             }
             self.enqueue(key);
         }
-        if now - up.opened < MIN_STREAM_LIFE {
-            let failures = up.failures + 1;
-            Link::Down {
-                retry_at: now + backoff(failures),
-                failures,
-            }
-        } else {
-            Link::Down {
-                retry_at: now,
-                failures: 0,
-            }
+        Link::Down {
+            retry_at: reopen.at,
+            failures: reopen.failures,
         }
-    }
-
-    /// Whether the stream should leave its member for another: the probers or other requests
-    /// found it dead, frozen or cut off (ejected) before our own silence limit did, and some
-    /// other member is not; or, for a require-leader stream, its member lost its leader (etcd
-    /// would cancel the stream within about 3 s anyway) while another member has one.
-    pub(super) fn better_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
-        let wanted: fn(HealthState) -> bool = match endpoint.state() {
-            HealthState::Ejected => |s| s != HealthState::Ejected,
-            HealthState::NoLeader if self.require_leader => |s| s == HealthState::Healthy,
-            _ => return false,
-        };
-        let Some(transport) = self.transport.upgrade() else {
-            return false;
-        };
-        transport
-            .balancer
-            .endpoints()
-            .iter()
-            .any(|e| !Arc::ptr_eq(e, endpoint) && wanted(e.state()))
     }
 }
 
@@ -442,22 +388,5 @@ fn fatal_copy(error: &Error) -> Option<fn() -> Error> {
         Error::AuthRequired => Some(|| Error::AuthRequired),
         Error::PermissionDenied => Some(|| Error::PermissionDenied),
         _ => None,
-    }
-}
-
-/// Wait after the n-th consecutive failed open.
-pub(super) fn backoff(failures: u32) -> Duration {
-    (REOPEN_BACKOFF * failures).min(MAX_REOPEN_BACKOFF)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reopen_backoff_is_short_and_capped() {
-        assert_eq!(backoff(1), REOPEN_BACKOFF);
-        assert_eq!(backoff(3), Duration::from_millis(300));
-        assert_eq!(backoff(100), MAX_REOPEN_BACKOFF);
     }
 }

@@ -1,0 +1,230 @@
+//! The stream supervisor's rules, shared by the two tasks that own a long-lived stream (the
+//! lease keeper's keep-alive stream and the managed watches' shared stream): how a stream is
+//! opened, when it should leave its member, and how long to wait before opening it again.
+//!
+//! Both tasks keep their own stream state (what they send and what the answers mean differ);
+//! what must not drift between them lives here once: the open (through the call path, bounded),
+//! the "better elsewhere" test, the reopen backoff and the rule that a stream that dies young
+//! counts as a failed open.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Request;
+
+use super::{Conn, Transport};
+use crate::endpoint::{Endpoint, HealthState};
+use crate::error::{Error, Result};
+use crate::rpc::Rpc;
+use crate::stream::ResponseStream;
+
+/// First wait after a failed open; the n-th consecutive failure waits n times as long, up to
+/// [`MAX_REOPEN_BACKOFF`]. Each open already retried across members for a request timeout, so
+/// this only keeps a dead cluster from being hammered; short, so a recovered one is found fast.
+pub(crate) const REOPEN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Longest wait between failed opens.
+pub(crate) const MAX_REOPEN_BACKOFF: Duration = Duration::from_millis(500);
+
+/// A stream that dies sooner than this after opening counts as a failed open for the backoff
+/// (a member that accepts streams and drops them at once must not be reopened in a tight loop).
+pub(crate) const MIN_STREAM_LIFE: Duration = Duration::from_secs(1);
+
+/// When a stream's request channel is full (it pushes back), try again this much later.
+pub(crate) const FULL_RETRY: Duration = Duration::from_millis(10);
+
+/// An open stream: its request sender, its answers, the member serving it.
+pub(crate) type Opened<Req, Resp> = (mpsc::Sender<Req>, ResponseStream<Resp>, Arc<Endpoint>);
+
+/// A stream being opened.
+pub(crate) type Opening<Req, Resp> =
+    Pin<Box<dyn Future<Output = Result<Opened<Req, Resp>>> + Send>>;
+
+/// When to try opening again, after how many failures in a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reopen {
+    pub(crate) at: Instant,
+    pub(crate) failures: u32,
+}
+
+/// The supervisor of one task's stream: the transport it opens through (weakly: the task must
+/// not keep the client alive) and the bound on one open.
+#[derive(Clone, Debug)]
+pub(crate) struct Supervisor {
+    transport: Weak<Transport>,
+    open_limit: Duration,
+}
+
+impl Supervisor {
+    /// A supervisor opening through `transport`, each open bounded by the request timeout
+    /// (its default when the client has none: a background stream must not wait forever).
+    pub(crate) fn new(transport: &Arc<Transport>) -> Self {
+        Supervisor {
+            transport: Arc::downgrade(transport),
+            open_limit: transport
+                .options
+                .request_timeout
+                .unwrap_or(crate::options::DEFAULT_REQUEST_TIMEOUT),
+        }
+    }
+
+    /// Start opening a stream of `rpc` with `first` as its first message (routed, retried and
+    /// bounded by the call path).
+    pub(crate) fn open<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        first: Req,
+        call: F,
+    ) -> Opening<Req, Resp>
+    where
+        Req: Clone + Send + Sync + 'static,
+        Resp: Send + 'static,
+        F: Fn(Conn, Request<ReceiverStream<Req>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<
+                Output = std::result::Result<
+                    tonic::Response<tonic::Streaming<Resp>>,
+                    tonic::Status,
+                >,
+            > + Send,
+    {
+        let transport = self.transport.clone();
+        let limit = self.open_limit;
+        Box::pin(async move {
+            let transport = transport.upgrade().ok_or(Error::Shutdown)?;
+            transport.open_supervised(rpc, first, limit, call).await
+        })
+    }
+
+    /// The stream on `endpoint` is left (`error`: what went wrong with its member, taught to
+    /// the balancer so the next pick avoids it). When to open again: at once, unless the
+    /// stream died young, which counts as one more failed open.
+    pub(crate) fn lost(
+        &self,
+        endpoint: &Endpoint,
+        error: Option<&Error>,
+        opened: Instant,
+        failures: u32,
+        now: Instant,
+    ) -> Reopen {
+        if let (Some(error), Some(transport)) = (error, self.transport.upgrade()) {
+            transport.learn(endpoint, error);
+        }
+        if now - opened < MIN_STREAM_LIFE {
+            failed_open(failures, now)
+        } else {
+            Reopen {
+                at: now,
+                failures: 0,
+            }
+        }
+    }
+
+    /// Whether the stream should leave its member for another: the probers or other requests
+    /// found it dead, frozen or cut off (ejected) before the stream's own silence limit did,
+    /// and some other member is not; or, for a require-leader stream, its member lost its
+    /// leader (etcd would cancel the stream within about 3 s anyway) while another has one.
+    pub(crate) fn better_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
+        let Some(transport) = self.transport.upgrade() else {
+            return false;
+        };
+        let require_leader = transport.options.require_leader;
+        let wanted: fn(HealthState) -> bool = match endpoint.state() {
+            HealthState::Ejected => |s| s != HealthState::Ejected,
+            HealthState::NoLeader if require_leader => |s| s == HealthState::Healthy,
+            _ => return false,
+        };
+        transport
+            .balancer
+            .endpoints()
+            .iter()
+            .any(|e| !Arc::ptr_eq(e, endpoint) && wanted(e.state()))
+    }
+}
+
+/// An open failed after `failures` failures in a row before it: when to try again.
+pub(crate) fn failed_open(failures: u32, now: Instant) -> Reopen {
+    let failures = failures + 1;
+    Reopen {
+        at: now + backoff(failures),
+        failures,
+    }
+}
+
+/// Wait after the n-th consecutive failed open.
+pub(crate) fn backoff(failures: u32) -> Duration {
+    (REOPEN_BACKOFF * failures).min(MAX_REOPEN_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reopen_backoff_is_short_and_capped() {
+        assert_eq!(backoff(1), REOPEN_BACKOFF);
+        assert_eq!(backoff(3), Duration::from_millis(300));
+        assert_eq!(backoff(100), MAX_REOPEN_BACKOFF);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_dies_young_counts_as_a_failed_open() {
+        let urls = [
+            "http://127.0.0.1:1".to_owned(),
+            "http://127.0.0.1:2".to_owned(),
+        ];
+        let transport = Transport::unprobed(&urls, crate::Options::default());
+        let supervisor = Supervisor::new(&transport);
+        let ep = transport.balancer.endpoints()[0].clone();
+        let opened = Instant::now();
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let young = supervisor.lost(&ep, None, opened, 2, Instant::now());
+        assert_eq!(young.failures, 3);
+        assert_eq!(young.at, Instant::now() + Duration::from_millis(300));
+        tokio::time::advance(MIN_STREAM_LIFE).await;
+        let lived = supervisor.lost(&ep, None, opened, 2, Instant::now());
+        assert_eq!(
+            lived,
+            Reopen {
+                at: Instant::now(),
+                failures: 0
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn streams_leave_an_ejected_or_leaderless_member_when_another_is_better() {
+        let urls = [
+            "http://127.0.0.1:1".to_owned(),
+            "http://127.0.0.1:2".to_owned(),
+        ];
+        let transport = Transport::unprobed(&urls, crate::Options::default());
+        let supervisor = Supervisor::new(&transport);
+        let eps = transport.balancer.endpoints();
+        for ep in eps.iter() {
+            ep.on_probe_ok(true, Duration::from_millis(1));
+            ep.on_probe_ok(true, Duration::from_millis(1));
+        }
+        assert!(!supervisor.better_elsewhere(&eps[0]), "healthy: stay");
+        eps[0].on_probe_ok(false, Duration::from_millis(1));
+        assert_eq!(eps[0].state(), HealthState::NoLeader);
+        assert!(
+            supervisor.better_elsewhere(&eps[0]),
+            "lost its leader, the other has one"
+        );
+        eps[0].on_failure(crate::endpoint::Failure::Unreachable, &"reset");
+        assert!(
+            supervisor.better_elsewhere(&eps[0]),
+            "ejected, the other is healthy"
+        );
+        eps[1].on_failure(crate::endpoint::Failure::Unreachable, &"reset");
+        assert!(
+            !supervisor.better_elsewhere(&eps[0]),
+            "nowhere better to go"
+        );
+    }
+}
