@@ -269,6 +269,11 @@ impl Client {
         self.transport.infos()
     }
 
+    /// Wakes on every endpoint health transition (for the recipes' unavailability bound).
+    pub(crate) fn health_changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.transport.health_changes()
+    }
+
     /// The transitions behind [`endpoints`](Self::endpoints) as a stream: health changes,
     /// leader changes, endpoints added or removed by member sync (see [`EndpointEvents`]).
     ///

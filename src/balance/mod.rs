@@ -167,7 +167,8 @@ impl Balancer {
         ep.set_raft(view);
         if let Some(previous) = self.leader.observe(view.leader_id, view.raft_term) {
             let (from, to) = (previous, view.leader_id);
-            tracing::info!(from = %format!("{from:x}"), to = %format!("{to:x}"), term = view.raft_term, "leader changed");
+            let (old, new) = (format!("{from:x}"), format!("{to:x}"));
+            tracing::info!(from = %old, to = %new, term = view.raft_term, "leader changed");
             if from != 0 && to != 0 {
                 crate::metrics::failover();
             }
@@ -322,7 +323,10 @@ impl Balancer {
                 continue;
             }
             if crate::endpoint::member_url(url, secure).is_none() {
-                tracing::warn!(%url, "member URL refused (a TLS client never dials http://); skipped");
+                tracing::warn!(
+                    %url,
+                    "member URL refused (a TLS client never dials http://); skipped",
+                );
                 continue;
             }
             match self.config.dial.channel(url) {

@@ -130,8 +130,15 @@ impl Election {
             }
         }
         // From here on, `leader`'s Drop withdraws the key if we fail or are dropped.
+        let fence = &leader.fence;
+        let turn = wait_turn(
+            &self.client,
+            &self.prefix,
+            fence.key(),
+            fence.create_revision(),
+        );
         tokio::select! {
-            r = wait_turn(&self.client, &self.prefix, leader.fence.key(), leader.fence.create_revision()) => r?,
+            r = turn => r?,
             () = session.done() => return Err(key_gone_error()),
         }
         tracing::debug!(key = %show(leader.key()), "election won");

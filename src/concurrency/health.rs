@@ -8,12 +8,6 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::endpoint::HealthState;
 
-/// How often the endpoints' health is read.
-///
-/// 100 ms: reading it is a snapshot of in-memory state, and it bounds how late past the
-/// unavailability bound a holder steps down.
-pub(crate) const HEALTH_POLL: Duration = Duration::from_millis(100);
-
 /// Whether no endpoint of `client` is [`HealthState::Healthy`] (down, ejected, on probation, or
 /// its member has no raft leader).
 pub(crate) fn unavailable(client: &Client) -> bool {
@@ -40,10 +34,14 @@ pub(crate) async fn unavailable_for(
     bound: Duration,
     last_ok: impl Fn() -> Option<Instant>,
 ) -> Duration {
+    // Woken by every endpoint health transition: no polling. `last_ok` only ever moves the
+    // start later, so between transitions the only thing to wait for is `start + bound`.
+    let mut changes = client.health_changes();
     let mut since: Option<Instant> = None;
     loop {
+        changes.borrow_and_update();
         let now = Instant::now();
-        if unavailable(client) {
+        let wake = if unavailable(client) {
             let mut start = *since.get_or_insert(now);
             if let Some(ok) = last_ok() {
                 start = start.max(ok.min(now));
@@ -52,9 +50,25 @@ pub(crate) async fn unavailable_for(
             if now - start >= bound {
                 return now - start;
             }
+            Some(start + bound)
         } else {
             since = None;
+            None
+        };
+        let deadline = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    // The client is gone: nothing will ever be available again.
+                    std::future::pending::<()>().await;
+                }
+            }
+            () = deadline => {}
         }
-        tokio::time::sleep(HEALTH_POLL).await;
     }
 }

@@ -351,21 +351,22 @@ struct Monitor {
 
 impl Monitor {
     async fn run(self) {
+        let deleted = follow_key(&self.client, &self.mine.key, self.from_revision, |kv| {
+            changed(kv, &self.mine)
+        });
+        let last_ok = || last_renewal(&self.lease);
+        let unavailable = unavailable_for(&self.client, self.unavailable_bound, last_ok);
         let reason = tokio::select! {
             // The handle is gone (dropped) or resigning.
             () = self.stop.cancelled() => None,
             // The leader key was deleted or changed (the managed watch fails over by itself).
-            r = follow_key(&self.client, &self.mine.key, self.from_revision, |kv| changed(kv, &self.mine)) => {
-                Some(r.unwrap_or_else(|e| LostReason::WatchFailed(Arc::new(e))))
-            }
+            r = deleted => Some(r.unwrap_or_else(|e| LostReason::WatchFailed(Arc::new(e)))),
             // The server said the lease is gone, or the keeper gave up on it.
             () = self.lease.lost() => Some(LostReason::LeaseExpired),
             // The conservative local expiry passed without a renewal.
             () = local_expiry(&self.lease) => Some(LostReason::LeaseExpired),
             // Every endpoint unhealthy, and no renewal answered, for longer than the bound.
-            duration = unavailable_for(&self.client, self.unavailable_bound, || last_renewal(&self.lease)) => {
-                Some(LostReason::EtcdUnavailable { duration })
-            }
+            duration = unavailable => Some(LostReason::EtcdUnavailable { duration }),
         };
         if let Some(reason) = reason {
             tracing::warn!(%reason, "leadership lost");

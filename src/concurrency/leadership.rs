@@ -421,11 +421,13 @@ impl Leadership {
     /// ```
     pub async fn watch(&self, leader: &CurrentLeader) -> Result<LostReason> {
         let mine = &leader.kv;
+        let gone = follow_key(&self.client, &mine.key, leader.revision + 1, |kv| {
+            changed(kv, mine)
+        });
+        let unavailable = unavailable_for(&self.client, self.unavailable_bound, || None);
         tokio::select! {
-            r = follow_key(&self.client, &mine.key, leader.revision + 1, |kv| changed(kv, mine)) => r,
-            duration = unavailable_for(&self.client, self.unavailable_bound, || None) => {
-                Ok(LostReason::EtcdUnavailable { duration })
-            }
+            r = gone => r,
+            duration = unavailable => Ok(LostReason::EtcdUnavailable { duration }),
         }
     }
 

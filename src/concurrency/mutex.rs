@@ -86,8 +86,14 @@ impl Mutex {
         let (guard, owner) = self.enqueue(session).await?;
         if !owner {
             // From here on, the guard's Drop withdraws the key if we fail or are dropped.
+            let turn = wait_turn(
+                session.client(),
+                &self.prefix,
+                guard.key(),
+                guard.create_revision(),
+            );
             tokio::select! {
-                r = wait_turn(session.client(), &self.prefix, guard.key(), guard.create_revision()) => r?,
+                r = turn => r?,
                 () = session.done() => return Err(key_gone_error()),
             }
         }

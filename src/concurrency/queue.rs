@@ -219,11 +219,19 @@ pub(crate) async fn revoke_until_gone(client: &Client, lease_id: i64, give_up: I
         match client.lease().revoke(lease_id).await {
             Ok(_) | Err(Error::LeaseNotFound) => return,
             Err(e) if Instant::now() >= give_up => {
-                tracing::warn!(lease = lease_id, error = %e, "could not revoke the lease; it expires by itself");
+                tracing::warn!(
+                    lease = lease_id,
+                    error = %e,
+                    "could not revoke the lease; it expires by itself",
+                );
                 return;
             }
             Err(e) if !e.is_retryable() => {
-                tracing::warn!(lease = lease_id, error = %e, "could not revoke the lease; it expires by itself");
+                tracing::warn!(
+                    lease = lease_id,
+                    error = %e,
+                    "could not revoke the lease; it expires by itself",
+                );
                 return;
             }
             Err(_) => tokio::time::sleep(RETRY_PAUSE).await,

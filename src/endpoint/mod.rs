@@ -112,7 +112,14 @@ impl Endpoint {
         if before != after {
             let error = guard.last_error().unwrap_or("").to_owned();
             drop(guard);
-            tracing::info!(endpoint = %self.url, from = ?before, to = ?after, %error, "endpoint health changed");
+            let url = &self.url;
+            tracing::info!(
+                endpoint = %url,
+                from = ?before,
+                to = ?after,
+                %error,
+                "endpoint health changed",
+            );
             if after == HealthState::Ejected {
                 crate::metrics::ejection(&self.url);
             }

@@ -130,7 +130,10 @@ impl KeeperTask {
         loop {
             let now = Instant::now();
             for id in self.table.expire(now) {
-                tracing::warn!(lease = %format!("{id:x}"), "lease lost: its local expiry passed without a renewal");
+                tracing::warn!(
+                    lease = %format!("{id:x}"),
+                    "lease lost: its local expiry passed without a renewal",
+                );
             }
             if self.table.is_empty() {
                 if self.try_exit() {
@@ -222,7 +225,11 @@ impl KeeperTask {
             } => {
                 if self.table.is_silent(now) {
                     let owed = self.table.owed_for(now);
-                    tracing::warn!(endpoint = %endpoint.url, ?owed, "keep-alive stream silent; reopening elsewhere");
+                    tracing::warn!(
+                        endpoint = %endpoint.url,
+                        ?owed,
+                        "keep-alive stream silent; reopening elsewhere",
+                    );
                     return self.lost_stream(
                         &endpoint,
                         Some(&Error::Timeout),
@@ -303,7 +310,13 @@ impl KeeperTask {
                     .streams_opened
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                     + 1;
-                tracing::info!(endpoint = %endpoint.url, took = ?now - started, leases = self.table.len(), streams = n, "keep-alive stream open");
+                tracing::info!(
+                    endpoint = %endpoint.url,
+                    took = ?now - started,
+                    leases = self.table.len(),
+                    streams = n,
+                    "keep-alive stream open",
+                );
                 self.table.stream_opened(now);
                 self.shared.set_stream_endpoint(Some(endpoint.url.clone()));
                 Link::Up {
@@ -347,11 +360,18 @@ impl KeeperTask {
                     }
                 }
                 Ok(None) => {
-                    tracing::warn!(endpoint = %endpoint.url, "keep-alive stream ended by the server; reopening");
+                    tracing::warn!(
+                        endpoint = %endpoint.url,
+                        "keep-alive stream ended by the server; reopening",
+                    );
                     self.lost_stream(&endpoint, Some(&Error::StreamClosed), opened, failures, now)
                 }
                 Err(error) => {
-                    tracing::warn!(endpoint = %endpoint.url, %error, "keep-alive stream failed; reopening");
+                    tracing::warn!(
+                        endpoint = %endpoint.url,
+                        %error,
+                        "keep-alive stream failed; reopening",
+                    );
                     self.lost_stream(&endpoint, Some(&error), opened, failures, now)
                 }
             },
@@ -363,7 +383,12 @@ impl KeeperTask {
         let lease = format!("{:x}", answer.id);
         match self.table.answered(answer.id, answer.ttl) {
             Answer::Renewed(expires_at) => {
-                tracing::trace!(%lease, ttl = answer.ttl, expires_in = ?expires_at.saturating_duration_since(Instant::now()), "lease renewed");
+                tracing::trace!(
+                    %lease,
+                    ttl = answer.ttl,
+                    expires_in = ?expires_at.saturating_duration_since(Instant::now()),
+                    "lease renewed",
+                );
             }
             Answer::Gone => {
                 tracing::warn!(%lease, "lease lost: the server says it expired or was revoked");

@@ -46,11 +46,19 @@ impl HubTask {
                 let ordered = match status {
                     Ok(status) => {
                         let ordered = orders_progress(&status.version);
-                        tracing::debug!(version = %status.version, ordered, "watch stream's member version: its progress answers {}", if ordered { "prove progress" } else { "only prove it is alive" });
+                        tracing::debug!(
+                            version = %status.version,
+                            ordered,
+                            "watch stream's member version: its progress answers {}",
+                            if ordered { "prove progress" } else { "only prove it is alive" },
+                        );
                         ordered
                     }
                     Err(error) => {
-                        tracing::debug!(%error, "no version from the watch stream's member; its progress answers prove nothing");
+                        tracing::debug!(
+                            %error,
+                            "no version from the watch stream's member; its progress answers prove nothing",
+                        );
                         false
                     }
                 };

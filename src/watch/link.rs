@@ -139,7 +139,11 @@ impl HubTask {
             Link::Up(mut up) => {
                 match up.liveness.poll(now) {
                     Due::Dead => {
-                        tracing::warn!(endpoint = %up.endpoint.url, silent = ?up.liveness.silent_for(now), "watch stream silent; reopening elsewhere");
+                        tracing::warn!(
+                            endpoint = %up.endpoint.url,
+                            silent = ?up.liveness.silent_for(now),
+                            "watch stream silent; reopening elsewhere",
+                        );
                         return self.lose(up, Some(&Error::Timeout), now);
                     }
                     Due::Probe => self.probe(&mut up, now),
@@ -159,7 +163,10 @@ impl HubTask {
                 if self.entries.is_empty() {
                     let since = *up.idle_since.get_or_insert(now);
                     if now - since >= IDLE_LINGER {
-                        tracing::debug!(endpoint = %up.endpoint.url, "no watch left; closing the watch stream");
+                        tracing::debug!(
+                            endpoint = %up.endpoint.url,
+                            "no watch left; closing the watch stream",
+                        );
                         self.inner.set_endpoint(None);
                         return Link::Down {
                             retry_at: now,
@@ -233,7 +240,10 @@ impl HubTask {
                     })),
                 };
                 if up.tx.try_send(create).is_ok() {
-                    tracing::trace!(endpoint = %up.endpoint.url, "progress request unanswered; canary watch sent");
+                    tracing::trace!(
+                        endpoint = %up.endpoint.url,
+                        "progress request unanswered; canary watch sent",
+                    );
                     up.creating.push_back((watch_id, None));
                     up.outbox.push_back(cancel_request(watch_id));
                 }
@@ -278,7 +288,13 @@ impl HubTask {
             ) => {
                 let n = self.inner.streams_opened.fetch_add(1, Ordering::Relaxed) + 1;
                 self.generation += 1;
-                tracing::info!(endpoint = %endpoint.url, took = ?now - started, watches = self.entries.len(), streams = n, "watch stream open");
+                tracing::info!(
+                    endpoint = %endpoint.url,
+                    took = ?now - started,
+                    watches = self.entries.len(),
+                    streams = n,
+                    "watch stream open",
+                );
                 self.inner.set_endpoint(Some(endpoint.url.clone()));
                 self.check_version(&endpoint);
                 Link::Up(Box::new(Up {
@@ -331,11 +347,18 @@ impl HubTask {
                     Link::Up(up)
                 }
                 Ok(None) => {
-                    tracing::warn!(endpoint = %up.endpoint.url, "watch stream ended by the server; reopening");
+                    tracing::warn!(
+                        endpoint = %up.endpoint.url,
+                        "watch stream ended by the server; reopening",
+                    );
                     self.lose(up, Some(&Error::StreamClosed), now)
                 }
                 Err(error) => {
-                    tracing::warn!(endpoint = %up.endpoint.url, %error, "watch stream failed; reopening");
+                    tracing::warn!(
+                        endpoint = %up.endpoint.url,
+                        %error,
+                        "watch stream failed; reopening",
+                    );
                     self.lose(up, Some(&error), now)
                 }
             },
