@@ -1,9 +1,8 @@
 //! The Auth service: enable, disable and status, authenticate, users, roles and permissions.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::Result;
 use crate::proto::authpb::{Permission, UserAddOptions, permission};
 use crate::proto::etcdserverpb::*;
@@ -32,8 +31,8 @@ pub use crate::proto::authpb::permission::Type as PermissionType;
 #[derive(Clone, Debug)]
 pub struct Auth {
     transport: Arc<Transport>,
-    /// The caller's own deadline for every call made through this handle.
-    timeout: Option<Duration>,
+    /// Per-call options (deadline, routing, require-leader) of the calls made through it.
+    call: CallOptions,
 }
 
 /// One unary Auth call with the handle's deadline.
@@ -43,8 +42,7 @@ macro_rules! call {
             .transport
             .unary(
                 Rpc::$rpc,
-                Target::Any,
-                Deadline::Default.within($self.timeout),
+                $self.call.call(Deadline::Default),
                 $request,
                 |c, r| async move { c.auth().$method(r).await },
             )
@@ -56,26 +54,11 @@ impl Auth {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
         Auth {
             transport,
-            timeout: None,
+            call: CallOptions::default(),
         }
     }
 
-    /// The same handle with its own deadline for every call made through it, instead of the
-    /// client's request timeout (also for calls that otherwise wait without one, such as a
-    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
-    /// a hedge at a third of it.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// use std::time::Duration;
-    /// client.auth().with_timeout(Duration::from_millis(500)).status().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
+    crate::call::call_option_methods!("auth");
 
     /// Turn authentication on (needs a `root` user with the `root` role).
     ///

@@ -115,9 +115,9 @@ async fn route(
             // Right after losing the leader, followers would forward to it and hang: wait for
             // the next one, within the caller's gRPC deadline when it set one.
             let deadline = grpc_timeout(request.headers()).map(|t| Instant::now() + t);
-            transport.await_leader(rpc, &Target::Any, deadline).await;
+            transport.await_leader(rpc.route(), deadline).await;
             let mut metadata = MetadataMap::from_headers(std::mem::take(request.headers_mut()));
-            let decorated = transport.decorate_metadata(rpc, &mut metadata);
+            let decorated = transport.decorate_metadata(rpc, None, &mut metadata);
             *request.headers_mut() = metadata.into_headers();
             decorated
         }
@@ -125,7 +125,7 @@ async fn route(
         None => (0, false),
     };
     let ep = match rpc {
-        Some(rpc) => transport.pick(rpc, &Target::Any, &[]),
+        Some(rpc) => transport.pick(rpc.route(), &Target::Any, &[]),
         None => transport
             .balancer
             .pick(Route::Leader, &[])

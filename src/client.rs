@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::auth::Auth;
-use crate::call::{Target, Transport};
+use crate::call::Transport;
 use crate::channel::BalancedChannel;
 use crate::cluster::Cluster;
 use crate::election::Election;
@@ -196,7 +196,7 @@ impl Client {
     /// # }
     /// ```
     pub fn maintenance(&self) -> Maintenance {
-        Maintenance::new(self.transport.clone(), Target::Any)
+        Maintenance::new(self.transport.clone())
     }
 
     /// Authentication, users and roles.

@@ -1,9 +1,8 @@
 //! The Cluster service: list, add (as voter or learner), remove, update and promote members.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::Result;
 use crate::proto::etcdserverpb::{
     MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
@@ -25,34 +24,19 @@ use crate::rpc::Rpc;
 #[derive(Clone, Debug)]
 pub struct Cluster {
     transport: Arc<Transport>,
-    /// The caller's own deadline for every call made through this handle.
-    timeout: Option<Duration>,
+    /// Per-call options (deadline, routing, require-leader) of the calls made through it.
+    call: CallOptions,
 }
 
 impl Cluster {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
         Cluster {
             transport,
-            timeout: None,
+            call: CallOptions::default(),
         }
     }
 
-    /// The same handle with its own deadline for every call made through it, instead of the
-    /// client's request timeout (also for calls that otherwise wait without one, such as a
-    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
-    /// a hedge at a third of it.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// use std::time::Duration;
-    /// client.cluster().with_timeout(Duration::from_millis(500)).member_list().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
+    crate::call::call_option_methods!("cluster");
 
     /// The members, as the answering member knows them (may lag after a change).
     ///
@@ -84,8 +68,7 @@ impl Cluster {
         self.transport
             .unary(
                 Rpc::MemberList,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.cluster().member_list(r).await },
             )
@@ -135,8 +118,7 @@ impl Cluster {
         self.transport
             .unary(
                 Rpc::MemberAdd,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.cluster().member_add(r).await },
             )
@@ -156,8 +138,7 @@ impl Cluster {
         self.transport
             .unary(
                 Rpc::MemberRemove,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.cluster().member_remove(r).await },
             )
@@ -184,8 +165,7 @@ impl Cluster {
         self.transport
             .unary(
                 Rpc::MemberUpdate,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.cluster().member_update(r).await },
             )
@@ -205,8 +185,7 @@ impl Cluster {
         self.transport
             .unary(
                 Rpc::MemberPromote,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.cluster().member_promote(r).await },
             )

@@ -4,9 +4,8 @@
 //! candidate leads. The client-side recipe with fencing and fast loss detection comes later.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::Result;
 use crate::proto::v3electionpb::{
     CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,
@@ -30,34 +29,19 @@ use crate::stream::ResponseStream;
 #[derive(Clone, Debug)]
 pub struct Election {
     transport: Arc<Transport>,
-    /// The caller's own deadline for every call made through this handle.
-    timeout: Option<Duration>,
+    /// Per-call options (deadline, routing, require-leader) of the calls made through it.
+    call: CallOptions,
 }
 
 impl Election {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
         Election {
             transport,
-            timeout: None,
+            call: CallOptions::default(),
         }
     }
 
-    /// The same handle with its own deadline for every call made through it, instead of the
-    /// client's request timeout (also for calls that otherwise wait without one, such as a
-    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
-    /// a hedge at a third of it.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// use std::time::Duration;
-    /// let election = client.election().with_timeout(Duration::from_secs(10));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
+    crate::call::call_option_methods!("election");
 
     /// Wait (on the server, with no client deadline) until this candidate leads election
     /// `name`; its key lives as long as `lease`.
@@ -86,8 +70,7 @@ impl Election {
         self.transport
             .unary(
                 Rpc::Campaign,
-                Target::Any,
-                Deadline::Unbounded.within(self.timeout),
+                self.call.call(Deadline::Unbounded),
                 request,
                 |c, r| async move { c.election().campaign(r).await },
             )
@@ -116,8 +99,7 @@ impl Election {
         self.transport
             .unary(
                 Rpc::Proclaim,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.election().proclaim(r).await },
             )
@@ -139,8 +121,7 @@ impl Election {
         self.transport
             .unary(
                 Rpc::Leader,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.election().leader(r).await },
             )
@@ -165,8 +146,7 @@ impl Election {
         self.transport
             .open_server_stream(
                 Rpc::Observe,
-                Target::Any,
-                Deadline::Unbounded.within(self.timeout),
+                self.call.call(Deadline::Unbounded),
                 request,
                 |c, r| async move { c.election().observe(r).await },
             )
@@ -189,8 +169,7 @@ impl Election {
         self.transport
             .unary(
                 Rpc::Resign,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.election().resign(r).await },
             )

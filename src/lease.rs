@@ -1,11 +1,10 @@
 //! The Lease service: grant, revoke, time to live, list, and the raw keep-alive stream.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
@@ -28,34 +27,19 @@ use crate::stream::ResponseStream;
 #[derive(Clone, Debug)]
 pub struct Lease {
     transport: Arc<Transport>,
-    /// The caller's own deadline for every call made through this handle.
-    timeout: Option<Duration>,
+    /// Per-call options (deadline, routing, require-leader) of the calls made through it.
+    call: CallOptions,
 }
 
 impl Lease {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
         Lease {
             transport,
-            timeout: None,
+            call: CallOptions::default(),
         }
     }
 
-    /// The same handle with its own deadline for every call made through it, instead of the
-    /// client's request timeout (also for calls that otherwise wait without one, such as a
-    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
-    /// a hedge at a third of it.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// use std::time::Duration;
-    /// client.lease().with_timeout(Duration::from_millis(500)).grant(10, None).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
+    crate::call::call_option_methods!("lease");
 
     /// Grant a lease of `ttl` seconds, with this id or one chosen by the server.
     ///
@@ -77,8 +61,7 @@ impl Lease {
         self.transport
             .unary(
                 Rpc::LeaseGrant,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.lease().lease_grant(r).await },
             )
@@ -98,8 +81,7 @@ impl Lease {
         self.transport
             .unary(
                 Rpc::LeaseRevoke,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.lease().lease_revoke(r).await },
             )
@@ -121,8 +103,7 @@ impl Lease {
         self.transport
             .unary(
                 Rpc::LeaseTimeToLive,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.lease().lease_time_to_live(r).await },
             )
@@ -141,8 +122,7 @@ impl Lease {
         self.transport
             .unary(
                 Rpc::LeaseLeases,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 LeaseLeasesRequest {},
                 |c, r| async move { c.lease().lease_leases(r).await },
             )
@@ -173,8 +153,7 @@ impl Lease {
             .transport
             .open_bidi(
                 Rpc::LeaseKeepAlive,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 LeaseKeepAliveRequest { id },
                 |c, r| async move { c.lease().lease_keep_alive(r).await },
             )

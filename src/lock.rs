@@ -1,9 +1,8 @@
 //! A thin client for etcd's server-side Lock service (`v3lockpb`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::Result;
 use crate::proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
 use crate::rpc::Rpc;
@@ -25,34 +24,19 @@ use crate::rpc::Rpc;
 #[derive(Clone, Debug)]
 pub struct Lock {
     transport: Arc<Transport>,
-    /// The caller's own deadline for every call made through this handle.
-    timeout: Option<Duration>,
+    /// Per-call options (deadline, routing, require-leader) of the calls made through it.
+    call: CallOptions,
 }
 
 impl Lock {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
         Lock {
             transport,
-            timeout: None,
+            call: CallOptions::default(),
         }
     }
 
-    /// The same handle with its own deadline for every call made through it, instead of the
-    /// client's request timeout (also for calls that otherwise wait without one, such as a
-    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
-    /// a hedge at a third of it.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// use std::time::Duration;
-    /// let lock = client.lock().with_timeout(Duration::from_secs(10));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
+    crate::call::call_option_methods!("lock");
 
     /// Wait (on the server, with no client deadline) until the lock `name` is held for `lease`;
     /// the response's `key` is the ownership key, `<name>/<lease id in hex>`.
@@ -76,8 +60,7 @@ impl Lock {
         self.transport
             .unary(
                 Rpc::Lock,
-                Target::Any,
-                Deadline::Unbounded.within(self.timeout),
+                self.call.call(Deadline::Unbounded),
                 request,
                 |c, r| async move { c.lock().lock(r).await },
             )
@@ -98,8 +81,7 @@ impl Lock {
         self.transport
             .unary(
                 Rpc::Unlock,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.lock().unlock(r).await },
             )

@@ -3,9 +3,8 @@
 //! Most of these are about one member; [`Maintenance::on`] pins the calls to the member you name.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::Result;
 use crate::proto::etcdserverpb::{
     AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest, DefragmentResponse,
@@ -30,37 +29,20 @@ use crate::stream::ResponseStream;
 #[derive(Clone, Debug)]
 pub struct Maintenance {
     transport: Arc<Transport>,
-    /// The caller's own deadline for every call made through this handle.
-    timeout: Option<Duration>,
-    /// Which member the calls go to.
-    target: Target,
+    /// Per-call options (deadline, routing, require-leader; the member, after `on`) of the
+    /// calls made through it.
+    call: CallOptions,
 }
 
 impl Maintenance {
-    pub(crate) fn new(transport: Arc<Transport>, target: Target) -> Self {
+    pub(crate) fn new(transport: Arc<Transport>) -> Self {
         Maintenance {
             transport,
-            timeout: None,
-            target,
+            call: CallOptions::default(),
         }
     }
 
-    /// The same handle with its own deadline for every call made through it, instead of the
-    /// client's request timeout (also for calls that otherwise wait without one, such as a
-    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
-    /// a hedge at a third of it.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// use std::time::Duration;
-    /// client.maintenance().with_timeout(Duration::from_secs(1)).status().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
+    crate::call::call_option_methods!("maintenance");
 
     /// The same service, with every call sent to the member at `endpoint` (one of the client's
     /// endpoints, in any of the accepted forms).
@@ -72,8 +54,7 @@ impl Maintenance {
     /// # }
     /// ```
     pub fn on(&self, endpoint: &str) -> Result<Maintenance> {
-        let ep = self.transport.endpoint(endpoint)?;
-        Ok(Maintenance::new(self.transport.clone(), Target::Member(ep)))
+        self.clone().with_member(endpoint)
     }
 
     /// The member's status: version, db size, leader id, raft term and index, learner or not.
@@ -89,8 +70,7 @@ impl Maintenance {
         self.transport
             .unary(
                 Rpc::Status,
-                self.target.clone(),
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 StatusRequest {},
                 |c, r| async move { c.maintenance().status(r).await },
             )
@@ -156,8 +136,7 @@ impl Maintenance {
                 Rpc::Alarm {
                     get: action == AlarmAction::Get,
                 },
-                self.target.clone(),
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.maintenance().alarm(r).await },
             )
@@ -180,8 +159,7 @@ impl Maintenance {
         self.transport
             .unary(
                 Rpc::Defragment,
-                self.target.clone(),
-                Deadline::Unbounded.within(self.timeout),
+                self.call.call(Deadline::Unbounded),
                 DefragmentRequest {},
                 |c, r| async move { c.maintenance().defragment(r).await },
             )
@@ -200,8 +178,7 @@ impl Maintenance {
         self.transport
             .unary(
                 Rpc::Hash,
-                self.target.clone(),
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 HashRequest {},
                 |c, r| async move { c.maintenance().hash(r).await },
             )
@@ -222,8 +199,7 @@ impl Maintenance {
         self.transport
             .unary(
                 Rpc::HashKv,
-                self.target.clone(),
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.maintenance().hash_kv(r).await },
             )
@@ -244,8 +220,7 @@ impl Maintenance {
         self.transport
             .unary(
                 Rpc::MoveLeader,
-                self.target.clone(),
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.maintenance().move_leader(r).await },
             )
@@ -273,8 +248,7 @@ impl Maintenance {
         self.transport
             .unary(
                 Rpc::Downgrade,
-                self.target.clone(),
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.maintenance().downgrade(r).await },
             )
@@ -295,8 +269,7 @@ impl Maintenance {
         self.transport
             .open_server_stream(
                 Rpc::Snapshot,
-                self.target.clone(),
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 SnapshotRequest {},
                 |c, r| async move { c.maintenance().snapshot(r).await },
             )

@@ -12,10 +12,11 @@ use tokio::time::Instant;
 use tonic::Request;
 
 use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
-use super::{Conn, Deadline, Target, Transport, wants_login};
+use super::{Call, Conn, Target, Transport, wants_login};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::retry::never_sent;
+use crate::rpc::Route;
 use crate::rpc::{Idempotency, Rpc};
 
 /// One attempt's result, with what the driver needs to judge it.
@@ -75,7 +76,7 @@ impl Transport {
     /// the one that just failed.
     fn next_endpoint(
         &self,
-        rpc: Rpc,
+        route: Route,
         target: &Target,
         tried: &mut Vec<Arc<str>>,
         failed: Option<&str>,
@@ -87,7 +88,7 @@ impl Transport {
                 tried.push(f.into());
             }
         }
-        let next = self.pick(rpc, target, tried)?;
+        let next = self.pick(route, target, tried)?;
         if !tried.contains(&next.url) {
             tried.push(next.url.clone());
         }
@@ -100,8 +101,7 @@ impl Transport {
     pub(crate) async fn drive<Body, Resp, M, F, Fut>(
         &self,
         rpc: Rpc,
-        target: Target,
-        deadline: Deadline,
+        how: Call,
         stream: bool,
         make: M,
         call: F,
@@ -112,12 +112,18 @@ impl Transport {
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         crate::metrics::request(rpc.name());
+        let Call {
+            target,
+            deadline,
+            require_leader,
+        } = how;
+        let route = Call::route_of(&target, rpc);
         let deadline = self.deadline_at(deadline);
         let config = self.plan_config(rpc, &target, stream, deadline.is_some());
         let mut plan = Plan::new(config, deadline);
         let launch = |id: AttemptId, ep: Arc<Endpoint>| {
             let mut request = Request::new(make());
-            let (generation, sent_token) = self.decorate(rpc, &mut request);
+            let (generation, sent_token) = self.decorate(rpc, require_leader, &mut request);
             // Tell the server too (grpc-timeout), so it stops working for us in time; not for
             // streams, whose deadline bounds only their opening: they live on after it.
             if let Some(d) = deadline.filter(|_| !stream) {
@@ -143,8 +149,8 @@ impl Transport {
             tried: Vec::new(),
         };
 
-        self.await_leader(rpc, &target, plan.deadline()).await;
-        let first = self.pick(rpc, &target, &attempts.tried)?;
+        self.await_leader(route, plan.deadline()).await;
+        let first = self.pick(route, &target, &attempts.tried)?;
         attempts.tried.push(first.url.clone());
         let id = plan.launched(Instant::now(), false);
         attempts.members.push((id, first.clone()));
@@ -215,7 +221,7 @@ impl Transport {
                     }
                 }
                 Step::Hedge => {
-                    let Ok(next) = self.pick(rpc, &target, &attempts.tried) else {
+                    let Ok(next) = self.pick(route, &target, &attempts.tried) else {
                         plan.no_hedge(Instant::now());
                         continue;
                     };
@@ -233,10 +239,10 @@ impl Transport {
                 }
                 Step::Retry { after, error } => {
                     tokio::time::sleep(after).await;
-                    self.await_leader(rpc, &target, plan.deadline()).await;
+                    self.await_leader(route, plan.deadline()).await;
                     let failed = attempts.tried.last().cloned();
-                    let next =
-                        self.next_endpoint(rpc, &target, &mut attempts.tried, failed.as_deref())?;
+                    let tried = &mut attempts.tried;
+                    let next = self.next_endpoint(route, &target, tried, failed.as_deref())?;
                     tracing::debug!(rpc = rpc.name(), to = %next.url, %error, "retrying");
                     crate::metrics::retry(rpc.name());
                     let id = plan.launched(Instant::now(), false);
@@ -262,8 +268,7 @@ impl Transport {
     pub(crate) async fn unary<Req, Resp, F, Fut>(
         &self,
         rpc: Rpc,
-        target: Target,
-        deadline: Deadline,
+        how: Call,
         message: Req,
         call: F,
     ) -> Result<Resp>
@@ -276,7 +281,7 @@ impl Transport {
             return Err(Error::RequestTooLarge);
         }
         let (_, response) = self
-            .drive(rpc, target, deadline, false, || message.clone(), call)
+            .drive(rpc, how, false, || message.clone(), call)
             .await?;
         Ok(response)
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tonic::{Response, Status};
 
 use super::*;
+use crate::call::{Call, Deadline, Target};
 use crate::endpoint::{HealthState, RaftView};
 use crate::options::Options;
 use crate::proto::etcdserverpb::{PutRequest, PutResponse, RangeRequest, RangeResponse};
@@ -73,9 +74,12 @@ fn put() -> PutRequest {
 #[tokio::test(start_paused = true)]
 async fn a_call_its_caller_drops_ejects_nobody() {
     let transport = transport(Options::default());
-    let call = transport.unary(Rpc::Put, Target::Any, Deadline::Default, put(), |_c, _r| {
-        never::<PutResponse>()
-    });
+    let call = transport.unary(
+        Rpc::Put,
+        Call::new(Target::Any, Deadline::Default),
+        put(),
+        |_c, _r| never::<PutResponse>(),
+    );
     let dropped = tokio::time::timeout(Duration::from_millis(500), call).await;
     assert!(dropped.is_err(), "the fake call never answers");
     let ep = leader(&transport);
@@ -95,9 +99,12 @@ async fn the_leader_is_ejected_only_by_the_clients_own_timers() {
     let transport = transport(Options::default());
     let deadline = Deadline::Within(Duration::from_secs(1));
     let first = transport
-        .unary(Rpc::Put, Target::Any, deadline, put(), |_c, _r| {
-            never::<PutResponse>()
-        })
+        .unary(
+            Rpc::Put,
+            Call::new(Target::Any, deadline),
+            put(),
+            |_c, _r| never::<PutResponse>(),
+        )
         .await;
     assert!(matches!(first, Err(Error::Timeout)), "{first:?}");
     // Late at the attempt timeout, then still owing at the deadline: two strikes.
@@ -119,8 +126,7 @@ async fn the_hedge_follows_the_calls_own_deadline() {
     let result = transport
         .unary(
             Rpc::Range { serializable: true },
-            Target::Any,
-            Deadline::Within(Duration::from_millis(210)),
+            Call::new(Target::Any, Deadline::Within(Duration::from_millis(210))),
             RangeRequest::default(),
             |_c, _r| {
                 script.launch();
@@ -143,8 +149,7 @@ async fn a_definite_error_from_the_hedge_is_the_answer() {
     let result = transport
         .unary(
             Rpc::Range { serializable: true },
-            Target::Any,
-            Deadline::Default,
+            Call::new(Target::Any, Deadline::Default),
             RangeRequest::default(),
             |_c, _r| {
                 let n = script.launch();
@@ -177,28 +182,40 @@ async fn a_mutation_is_sent_again_only_when_it_was_refused_up_front() {
     let transport = transport(Options::default());
     let ambiguous = Script::default();
     let result = transport
-        .unary(Rpc::Put, Target::Any, Deadline::Default, put(), |_c, _r| {
-            ambiguous.launch();
-            async {
-                Err::<Response<PutResponse>, _>(Status::unavailable("etcdserver: leader changed"))
-            }
-        })
+        .unary(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            put(),
+            |_c, _r| {
+                ambiguous.launch();
+                async {
+                    Err::<Response<PutResponse>, _>(Status::unavailable(
+                        "etcdserver: leader changed",
+                    ))
+                }
+            },
+        )
         .await;
     assert!(matches!(result, Err(Error::LeaderChanged)), "{result:?}");
     assert_eq!(ambiguous.times().len(), 1);
 
     let refused = Script::default();
     let result = transport
-        .unary(Rpc::Put, Target::Any, Deadline::Default, put(), |_c, _r| {
-            let n = refused.launch();
-            async move {
-                if n == 0 {
-                    Err(Status::unavailable("etcdserver: too many requests"))
-                } else {
-                    Ok(Response::new(PutResponse::default()))
+        .unary(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            put(),
+            |_c, _r| {
+                let n = refused.launch();
+                async move {
+                    if n == 0 {
+                        Err(Status::unavailable("etcdserver: too many requests"))
+                    } else {
+                        Ok(Response::new(PutResponse::default()))
+                    }
                 }
-            }
-        })
+            },
+        )
         .await;
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(refused.times().len(), 2);
@@ -223,8 +240,7 @@ async fn token_renewal_is_bounded_by_the_calls_deadline() {
     let result = transport
         .unary(
             Rpc::Put,
-            Target::Any,
-            Deadline::Within(Duration::from_secs(1)),
+            Call::new(Target::Any, Deadline::Within(Duration::from_secs(1))),
             put(),
             |_c, _r| async {
                 Err::<Response<PutResponse>, _>(Status::unauthenticated(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::{Deadline, Target, Transport};
+use super::{Call, Transport};
 use crate::endpoint::sync::member_urls;
 use crate::error::Error;
 use crate::proto::etcdserverpb::MemberListRequest;
@@ -52,8 +52,7 @@ pub(crate) async fn sync_once(transport: &Arc<Transport>) -> Result<(), Error> {
     let list = transport
         .unary(
             Rpc::MemberList,
-            Target::Any,
-            Deadline::Default,
+            Call::default(),
             MemberListRequest {
                 linearizable: false,
             },

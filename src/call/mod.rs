@@ -8,6 +8,7 @@
 
 mod driver;
 mod members;
+mod options;
 pub(crate) mod plan;
 mod streams;
 pub(crate) mod supervise;
@@ -44,14 +45,47 @@ const HAS_LEADER_KEY: &str = "hasleader";
 /// While a leader-bound call waits for a new leader, the probers are woken this often.
 const LEADER_NUDGE: Duration = Duration::from_millis(100);
 
+pub(crate) use options::{CallOptions, call_option_methods};
+
 /// Where a call goes.
 #[derive(Clone, Debug, Default)]
 pub(crate) enum Target {
     /// Wherever the balancer routes the RPC.
     #[default]
     Any,
-    /// This endpoint only (maintenance of one member).
+    /// Routed as this route, whatever the RPC's own.
+    Route(Route),
+    /// This endpoint only (maintenance of one member, or a handle pinned by the caller).
     Member(Arc<Endpoint>),
+}
+
+/// How one call goes: where, how long, and whether it asks for a leader.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Call {
+    pub(crate) target: Target,
+    pub(crate) deadline: Deadline,
+    /// Override of the client's require-leader option.
+    pub(crate) require_leader: Option<bool>,
+}
+
+impl Call {
+    /// A call to `target` within `deadline`.
+    pub(crate) fn new(target: Target, deadline: Deadline) -> Self {
+        Call {
+            target,
+            deadline,
+            require_leader: None,
+        }
+    }
+
+    /// The route a call to `target` takes for `rpc`.
+    pub(crate) fn route_of(target: &Target, rpc: Rpc) -> Route {
+        match target {
+            Target::Any => rpc.route(),
+            Target::Route(route) => *route,
+            Target::Member(_) => Route::Pinned,
+        }
+    }
 }
 
 /// How long a unary call may take.
@@ -234,16 +268,27 @@ impl Transport {
         Instant::now().checked_add(timeout)
     }
 
-    /// Attach the auth token and, for calls that need a leader, `hasleader=true`; returns the
-    /// token generation used and whether a token went out.
-    pub(crate) fn decorate<T>(&self, rpc: Rpc, request: &mut Request<T>) -> (u64, bool) {
-        self.decorate_metadata(rpc, request.metadata_mut())
+    /// Attach the auth token and, for calls that need a leader, `hasleader=true` (unless
+    /// `require_leader` overrides the client's option); returns the token generation used and
+    /// whether a token went out.
+    pub(crate) fn decorate<T>(
+        &self,
+        rpc: Rpc,
+        require_leader: Option<bool>,
+        request: &mut Request<T>,
+    ) -> (u64, bool) {
+        self.decorate_metadata(rpc, require_leader, request.metadata_mut())
     }
 
     /// [`Transport::decorate`] on bare metadata (requests that arrive as HTTP, through
     /// [`BalancedChannel`](crate::BalancedChannel)).
-    pub(crate) fn decorate_metadata(&self, rpc: Rpc, metadata: &mut MetadataMap) -> (u64, bool) {
-        if self.options.require_leader && rpc.requires_leader() {
+    pub(crate) fn decorate_metadata(
+        &self,
+        rpc: Rpc,
+        require_leader: Option<bool>,
+        metadata: &mut MetadataMap,
+    ) -> (u64, bool) {
+        if require_leader.unwrap_or(self.options.require_leader) && rpc.requires_leader() {
             metadata.insert(HAS_LEADER_KEY, AsciiMetadataValue::from_static("true"));
         }
         match &self.token {
@@ -265,8 +310,8 @@ impl Transport {
     /// one is known, so that a leader-bound call is not sent to a follower that would forward it
     /// to the lost leader and hang. Waits on the leader view's changes; probes are woken so the
     /// new leader is found quickly.
-    pub(crate) async fn await_leader(&self, rpc: Rpc, target: &Target, deadline: Option<Instant>) {
-        if !matches!(target, Target::Any) || rpc.route() != Route::Leader {
+    pub(crate) async fn await_leader(&self, route: Route, deadline: Option<Instant>) {
+        if route != Route::Leader {
             return;
         }
         let Some(since) = self.balancer.leader_outage() else {
@@ -280,19 +325,18 @@ impl Transport {
         self.balancer.await_leader(until, LEADER_NUDGE).await;
     }
 
-    /// The endpoint for the next attempt.
+    /// The endpoint for the next attempt of a call to `target` routed as `route`.
     pub(crate) fn pick(
         &self,
-        rpc: Rpc,
+        route: Route,
         target: &Target,
         tried: &[Arc<str>],
     ) -> Result<Arc<Endpoint>> {
         match target {
             Target::Member(ep) => Ok(ep.clone()),
-            Target::Any => self
-                .balancer
-                .pick(rpc.route(), tried)
-                .ok_or(Error::NoEndpoints),
+            Target::Any | Target::Route(_) => {
+                self.balancer.pick(route, tried).ok_or(Error::NoEndpoints)
+            }
         }
     }
 

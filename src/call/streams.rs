@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tonic::Request;
 
-use super::{Conn, Deadline, Target, Transport};
+use super::{Call, Conn, Transport};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::rpc::Rpc;
@@ -23,8 +23,7 @@ impl Transport {
     pub(crate) async fn open_stream<Body, Resp, M, F, Fut>(
         &self,
         rpc: Rpc,
-        target: Target,
-        deadline: Deadline,
+        how: Call,
         make: M,
         call: F,
     ) -> Result<(Arc<Endpoint>, tonic::Streaming<Resp>)>
@@ -35,7 +34,7 @@ impl Transport {
             Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
         >,
     {
-        self.drive(rpc, target, deadline, true, make, call).await
+        self.drive(rpc, how, true, make, call).await
     }
 
     /// Open a bidirectional stream with `first` already queued (etcd answers the headers only
@@ -44,8 +43,7 @@ impl Transport {
     pub(crate) async fn open_bidi<Req, Resp, F, Fut>(
         &self,
         rpc: Rpc,
-        target: Target,
-        deadline: Deadline,
+        how: Call,
         first: Req,
         call: F,
     ) -> Result<(
@@ -68,7 +66,7 @@ impl Transport {
             *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
             tokio_stream::wrappers::ReceiverStream::new(rx)
         };
-        let (ep, streaming) = self.open_stream(rpc, target, deadline, make, call).await?;
+        let (ep, streaming) = self.open_stream(rpc, how, make, call).await?;
         let tx = sender
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
@@ -98,7 +96,7 @@ impl Transport {
             Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
         >,
     {
-        let opening = self.open_bidi(rpc, Target::Any, Deadline::Default, first, call);
+        let opening = self.open_bidi(rpc, Call::default(), first, call);
         let (tx, answers) = tokio::time::timeout(limit, opening)
             .await
             .map_err(|_| Error::Timeout)??;
@@ -110,8 +108,7 @@ impl Transport {
     pub(crate) async fn open_server_stream<Req, Resp, F, Fut>(
         &self,
         rpc: Rpc,
-        target: Target,
-        deadline: Deadline,
+        how: Call,
         message: Req,
         call: F,
     ) -> Result<crate::stream::ResponseStream<Resp>>
@@ -122,9 +119,7 @@ impl Transport {
             Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
         >,
     {
-        let (ep, streaming) = self
-            .open_stream(rpc, target, deadline, || message.clone(), call)
-            .await?;
+        let (ep, streaming) = self.open_stream(rpc, how, || message.clone(), call).await?;
         Ok(crate::stream::ResponseStream::new(
             streaming,
             ep.url.clone(),

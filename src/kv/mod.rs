@@ -1,9 +1,8 @@
 //! The KV service: range, put, delete range, txn and compact, with option builders for each.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::Result;
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeResponse, PutResponse, RangeRequest,
@@ -32,34 +31,19 @@ pub use options::{DeleteOptions, GetOptions, PutOptions, prefix_end};
 #[derive(Clone, Debug)]
 pub struct Kv {
     transport: Arc<Transport>,
-    /// The caller's own deadline for every call made through this handle.
-    timeout: Option<Duration>,
+    /// Per-call options (deadline, routing, require-leader) of the calls made through it.
+    call: CallOptions,
 }
 
 impl Kv {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
         Kv {
             transport,
-            timeout: None,
+            call: CallOptions::default(),
         }
     }
 
-    /// The same handle with its own deadline for every call made through it, instead of the
-    /// client's request timeout (also for calls that otherwise wait without one, such as a
-    /// lock or a campaign). Hedging and retries follow this deadline: a short one still gets
-    /// a hedge at a third of it.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
-    /// use std::time::Duration;
-    /// client.kv().with_timeout(Duration::from_millis(200)).get("k", Default::default()).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
+    crate::call::call_option_methods!("kv");
 
     /// Read `key` (or the range the options describe).
     ///
@@ -88,8 +72,7 @@ impl Kv {
                 Rpc::Range {
                     serializable: request.serializable,
                 },
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.kv().range(r).await },
             )
@@ -116,8 +99,7 @@ impl Kv {
         self.transport
             .unary(
                 Rpc::Put,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.kv().put(r).await },
             )
@@ -143,8 +125,7 @@ impl Kv {
         self.transport
             .unary(
                 Rpc::DeleteRange,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.kv().delete_range(r).await },
             )
@@ -173,8 +154,7 @@ impl Kv {
         self.transport
             .unary(
                 rpc,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.kv().txn(r).await },
             )
@@ -197,8 +177,7 @@ impl Kv {
         self.transport
             .unary(
                 Rpc::Compact,
-                Target::Any,
-                Deadline::Default.within(self.timeout),
+                self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.kv().compact(r).await },
             )

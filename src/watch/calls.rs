@@ -9,7 +9,7 @@ use tracing::Instrument;
 use super::hub::{HubTask, Internal};
 use super::progress::orders_progress;
 use crate::call::supervise::backoff;
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{Call, Deadline, Target, Transport};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::kv::Kv;
@@ -36,8 +36,7 @@ impl HubTask {
                 let status = transport
                     .unary(
                         Rpc::Status,
-                        Target::Member(endpoint),
-                        Deadline::Default,
+                        Call::new(Target::Member(endpoint), Deadline::Default),
                         StatusRequest {},
                         |c, r| async move { c.maintenance().status(r).await },
                     )

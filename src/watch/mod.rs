@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 pub(crate) use hub::Hub;
 pub use managed::{WatchBatch, WatchStream};
 
-use crate::call::{Deadline, Target, Transport};
+use crate::call::{Call, Transport};
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
@@ -202,13 +202,9 @@ impl Watch {
     ) -> Result<(Watcher, ResponseStream<WatchResponse>)> {
         let (tx, stream) = self
             .transport
-            .open_bidi(
-                Rpc::Watch,
-                Target::Any,
-                Deadline::Default,
-                first,
-                |c, r| async move { c.watch().watch(r).await },
-            )
+            .open_bidi(Rpc::Watch, Call::default(), first, |c, r| async move {
+                c.watch().watch(r).await
+            })
             .await?;
         Ok((Watcher { tx }, stream))
     }
