@@ -22,6 +22,7 @@ use crate::lock::Lock;
 use crate::maintenance::Maintenance;
 use crate::options::Options;
 use crate::proto::etcdserverpb::StatusRequest;
+use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::watch::Watch;
 
 /// A handle to an etcd cluster. Clone it freely: clones share the connections.
@@ -313,9 +314,8 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
         .iter()
         .map(|ep| async move {
             let started = tokio::time::Instant::now();
-            let result = transport
-                .conn(ep)
-                .maintenance()
+            // Straight on the channel, like a probe: a health check bypasses user layers.
+            let result = MaintenanceClient::new(ep.channel.clone())
                 .status(StatusRequest {})
                 .await;
             (ep, started.elapsed(), result)

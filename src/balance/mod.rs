@@ -94,6 +94,7 @@ impl Balancer {
                 Ok(Endpoint::new(
                     u.as_str().into(),
                     config.dial.channel(u)?,
+                    config.dial.layer.as_ref(),
                     config.health,
                     cancel.child_token(),
                     health_changes.clone(),
@@ -334,6 +335,7 @@ impl Balancer {
                     let ep = Endpoint::new(
                         url.as_str().into(),
                         channel,
+                        self.config.dial.layer.as_ref(),
                         self.config.health,
                         self.cancel.child_token(),
                         self.health_changes.clone(),

@@ -22,11 +22,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Request;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
-use tonic::transport::Channel;
 
 use crate::balance::{Balancer, BalancerConfig};
 use crate::endpoint::prober::ProbeTimers;
-use crate::endpoint::{self, Endpoint, EndpointInfo};
+use crate::endpoint::{self, AttemptService, Endpoint, EndpointInfo};
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::proto::etcdserverpb::{
@@ -110,14 +109,14 @@ impl Deadline {
 /// A connection to one member, handed to the closure that makes the call.
 #[derive(Clone)]
 pub(crate) struct Conn {
-    channel: Channel,
+    service: AttemptService,
     max_response_bytes: usize,
 }
 
 macro_rules! service {
     ($name:ident, $client:ident) => {
-        pub(crate) fn $name(&self) -> $client<Channel> {
-            $client::new(self.channel.clone())
+        pub(crate) fn $name(&self) -> $client<AttemptService> {
+            $client::new(self.service.clone())
                 .max_decoding_message_size(self.max_response_bytes)
                 .max_encoding_message_size(usize::MAX)
         }
@@ -226,7 +225,7 @@ impl Transport {
     /// A connection to `ep`.
     pub(crate) fn conn(&self, ep: &Endpoint) -> Conn {
         Conn {
-            channel: ep.channel.clone(),
+            service: ep.attempts.clone(),
             max_response_bytes: self.options.max_response_bytes,
         }
     }

@@ -3,6 +3,7 @@
 //! Requests and the prober both write what they learn here (through short, non-async critical
 //! sections); the balancer reads [`Candidate`] snapshots.
 
+mod attempt;
 mod cluster_id;
 mod health;
 pub(crate) mod prober;
@@ -19,6 +20,7 @@ use tonic::transport::Channel;
 
 use crate::proto::etcdserverpb::StatusResponse;
 
+pub(crate) use attempt::{AttemptLayer, AttemptService, Layered};
 pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
@@ -55,6 +57,8 @@ pub(crate) struct Endpoint {
     pub(crate) url: Arc<str>,
     /// One HTTP/2 connection, dialled on first use and redialled by tonic after a failure.
     pub(crate) channel: Channel,
+    /// What typed calls' attempts go through: the channel, in the user's layers if any.
+    pub(crate) attempts: AttemptService,
     /// Health state machine; a std mutex, never held across `.await`.
     health: Mutex<Health>,
     /// Raft view from the last Status.
@@ -88,12 +92,14 @@ impl Endpoint {
     pub(crate) fn new(
         url: Arc<str>,
         channel: Channel,
+        layer: Option<&AttemptLayer>,
         config: HealthConfig,
         cancel: CancellationToken,
         changes: HealthChanges,
     ) -> Arc<Self> {
         Arc::new(Endpoint {
             url,
+            attempts: AttemptService::new(channel.clone(), layer),
             channel,
             health: Mutex::new(Health::new(config, Instant::now())),
             raft: Mutex::new(RaftView::default()),
@@ -277,6 +283,7 @@ mod tests {
         Endpoint::new(
             "http://127.0.0.1:9".into(),
             channel,
+            None,
             HealthConfig::default(),
             CancellationToken::new(),
             changes,

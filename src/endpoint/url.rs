@@ -96,6 +96,8 @@ pub(crate) struct Dial {
     pub(crate) keepalive_timeout: Duration,
     /// TLS for `https://` members (read from the user's files once, at connect).
     pub(crate) tls: Option<ClientTlsConfig>,
+    /// The user's tower layers around every typed call's attempt.
+    pub(crate) layer: Option<super::AttemptLayer>,
 }
 
 impl fmt::Debug for Dial {
@@ -106,6 +108,7 @@ impl fmt::Debug for Dial {
             .field("keepalive_interval", &self.keepalive_interval)
             .field("keepalive_timeout", &self.keepalive_timeout)
             .field("tls", &self.tls.as_ref().map(|_| "<configured>"))
+            .field("layer", &self.layer)
             .finish()
     }
 }

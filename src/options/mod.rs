@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 mod defaults;
+mod layer;
 mod tls;
 pub use defaults::*;
 pub use tls::TlsOptions;
@@ -59,6 +60,8 @@ pub struct Options {
     pub(crate) leader_grace: Duration,
     /// Chooses the endpoint of each request.
     pub(crate) pick_policy: std::sync::Arc<dyn crate::balance::PickPolicy>,
+    /// The user's tower layers around every typed call's attempt (see `layer.rs`).
+    pub(crate) layer: Option<crate::endpoint::AttemptLayer>,
 }
 
 impl Default for Options {
@@ -82,6 +85,7 @@ impl Default for Options {
             health: crate::endpoint::HealthConfig::default(),
             leader_grace: DEFAULT_LEADER_GRACE,
             pick_policy: std::sync::Arc::new(crate::balance::LeaderFirst),
+            layer: None,
         }
     }
 }
@@ -98,6 +102,7 @@ impl Options {
                 .as_ref()
                 .map(TlsOptions::client_config)
                 .transpose()?,
+            layer: self.layer.clone(),
         })
     }
 }
@@ -415,6 +420,7 @@ impl fmt::Debug for Options {
             .field("health", &self.health)
             .field("leader_grace", &self.leader_grace)
             .field("pick_policy", &self.pick_policy)
+            .field("layer", &self.layer)
             .finish()
     }
 }
