@@ -50,9 +50,9 @@ macro_rules! call_option_methods {
         }
 
         /// The same handle routing every call as `route` says instead of the RPC's own route:
-        /// [`Route::Any`](crate::Route::Any) spreads even leader-bound calls over healthy
-        /// members (which forward them), [`Route::Leader`](crate::Route::Leader) sends even
-        /// serializable reads to the leader. [`Route::Pinned`](crate::Route::Pinned) means
+        /// [`Route::Any`](crate::rpc::Route::Any) spreads even leader-bound calls over healthy
+        /// members (which forward them), [`Route::Leader`](crate::rpc::Route::Leader) sends even
+        /// serializable reads to the leader. [`Route::Pinned`](crate::rpc::Route::Pinned) means
         /// nothing without a member: see `with_member`.
         ///
         /// ```no_run
@@ -60,9 +60,9 @@ macro_rules! call_option_methods {
         #[doc = concat!("let handle = client.", $getter, "().with_route(etcd_ha::Route::Any);")]
         /// # }
         /// ```
-        pub fn with_route(mut self, route: crate::Route) -> Self {
+        pub fn with_route(mut self, route: crate::rpc::Route) -> Self {
             self.call.target = match route {
-                crate::Route::Pinned => crate::call::Target::Any,
+                crate::rpc::Route::Pinned => crate::call::Target::Any,
                 route => crate::call::Target::Route(route),
             };
             self
@@ -78,7 +78,7 @@ macro_rules! call_option_methods {
         /// # Ok(())
         /// # }
         /// ```
-        pub fn with_member(mut self, endpoint: &str) -> crate::Result<Self> {
+        pub fn with_member(mut self, endpoint: &str) -> crate::error::Result<Self> {
             let ep = self.transport.endpoint(endpoint)?;
             self.call.target = crate::call::Target::Member(ep);
             Ok(self)

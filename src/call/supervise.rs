@@ -177,7 +177,7 @@ mod tests {
             "http://127.0.0.1:1".to_owned(),
             "http://127.0.0.1:2".to_owned(),
         ];
-        let transport = Transport::unprobed(&urls, crate::Options::default());
+        let transport = Transport::unprobed(&urls, crate::options::Options::default());
         let supervisor = Supervisor::new(&transport);
         let ep = transport.balancer.endpoints()[0].clone();
         let opened = Instant::now();
@@ -202,7 +202,7 @@ mod tests {
             "http://127.0.0.1:1".to_owned(),
             "http://127.0.0.1:2".to_owned(),
         ];
-        let transport = Transport::unprobed(&urls, crate::Options::default());
+        let transport = Transport::unprobed(&urls, crate::options::Options::default());
         let supervisor = Supervisor::new(&transport);
         let eps = transport.balancer.endpoints();
         for ep in eps.iter() {

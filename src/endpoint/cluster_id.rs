@@ -92,7 +92,7 @@ mod tests {
             "http://127.0.0.1:9".to_owned(),
             "http://127.0.0.1:10".to_owned(),
         ];
-        let options = crate::Options::new().without_member_sync();
+        let options = crate::options::Options::new().without_member_sync();
         let transport = crate::call::Transport::unprobed(&urls, options);
         let balancer = &transport.balancer;
         let endpoints = balancer.endpoints();
