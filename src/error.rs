@@ -147,6 +147,12 @@ pub enum Error {
     #[error("etcd leader changed")]
     LeaderChanged,
 
+    /// `raft proposal dropped`: the leader refused the proposal before it entered the raft log
+    /// (raft's `ErrProposalDropped`, e.g. while leadership is being transferred), so the write
+    /// was certainly not applied and is safe to send again.
+    #[error("etcd dropped the proposal (leadership moving); it was not applied")]
+    ProposalDropped,
+
     /// `etcdserver: not leader`: a request that only the leader serves reached a follower.
     #[error("etcd member is not the leader")]
     NotLeader,
@@ -276,6 +282,7 @@ impl Error {
                 | Error::Unavailable(_)
                 | Error::NoLeader
                 | Error::LeaderChanged
+                | Error::ProposalDropped
                 | Error::NotLeader
                 | Error::TooManyRequests
                 | Error::InvalidAuthToken
@@ -308,6 +315,7 @@ impl Error {
             "lease already exists" => return Error::LeaseExists,
             "no leader" => return Error::NoLeader,
             "leader changed" => return Error::LeaderChanged,
+            "raft proposal dropped" => return Error::ProposalDropped,
             "not leader" => return Error::NotLeader,
             "request is too large" => return Error::RequestTooLarge,
             "too many requests" => return Error::TooManyRequests,

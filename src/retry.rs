@@ -6,10 +6,22 @@
 //! - a request that provably never left the client (the connection could not be made) is retried
 //!   whatever it is;
 //! - a request the server provably refused before doing anything (`no leader` from the
-//!   require-leader check, `too many requests` from the apply-gap check, an auth token to renew)
-//!   is retried whatever it is;
+//!   require-leader check, `too many requests` from the apply-gap check, `raft proposal
+//!   dropped`, an auth token to renew) is retried whatever it is;
 //! - any other transient failure (timeout, reset connection, `leader changed`) is *ambiguous*: it
 //!   is retried only for repeatable RPCs, and returned as it is for mutations.
+//!
+//! What each failure means for a write, and why:
+//!
+//! | failure | the write | why |
+//! |---|---|---|
+//! | connection refused / not established (tonic `ConnectError`) | not applied | the request never left the client |
+//! | `etcdserver: no leader` | not applied | the `hasleader` check (v3rpc interceptor) refuses before the handler runs |
+//! | `etcdserver: too many requests` | not applied | etcdserver refuses when the applied index lags the committed one by more than 5000, before proposing |
+//! | `raft proposal dropped` | not applied | raft's `ErrProposalDropped`: the leader (e.g. transferring leadership) drops the proposal before it enters the log, so the proposer can fail fast |
+//! | `invalid auth token` / `user name is empty` | not applied | the auth check runs before the request is proposed |
+//! | `etcdserver: leader changed`, `request timed out`, deadline, reset connection | maybe applied | the proposal may already be in the log; only the caller can decide |
+//! | any answer etcd gives (`compacted`, `permission denied`, ...) | definite | the request was judged; sending it again changes nothing |
 //!
 //! The wait between attempts is constant with jitter (25 ms +-10 % by default, etcd's Go
 //! client's `backoffLinearWithJitter`), the number of attempts is capped, and the caller's
@@ -84,7 +96,10 @@ impl RetryPolicy {
 /// Errors that etcd returns *before* it proposes or applies anything, so even a write is safe to
 /// send again.
 fn refused_before_doing_anything(error: &Error) -> bool {
-    matches!(error, Error::NoLeader | Error::TooManyRequests)
+    matches!(
+        error,
+        Error::NoLeader | Error::TooManyRequests | Error::ProposalDropped
+    )
 }
 
 /// Whether a failed call never reached the server: tonic could not establish the connection
@@ -124,6 +139,10 @@ mod tests {
         assert_eq!(p.decide(Rpc::Put, &ambiguous(), true, 1), Decision::Retry);
         assert_eq!(
             p.decide(Rpc::Put, &Error::NoLeader, false, 1),
+            Decision::Retry
+        );
+        assert_eq!(
+            p.decide(Rpc::Put, &Error::ProposalDropped, false, 1),
             Decision::Retry
         );
         assert_eq!(

@@ -205,6 +205,15 @@ impl Balancer {
         })
     }
 
+    /// An answer came from raft term `term`: when it is newer than the leader view's, an
+    /// election happened that the probes have not reported yet, so ask them now instead of at
+    /// their next interval.
+    pub(crate) fn observe_term(&self, term: u64) {
+        if term > self.leader.get().term {
+            self.probe_now();
+        }
+    }
+
     /// When we lost the leader, if that outage is still on: no other leader has been seen since
     /// and the lost one is not healthy again. Ends the outage (and wakes its waiters) when the
     /// evidence says it is over.
@@ -262,7 +271,10 @@ impl Balancer {
                 }
                 self.probe_now();
             }
-            Error::LeaderChanged | Error::NotLeader | Error::Unavailable(_) => {
+            Error::LeaderChanged
+            | Error::NotLeader
+            | Error::ProposalDropped
+            | Error::Unavailable(_) => {
                 if was_leader {
                     self.leader.forget(member, Instant::now());
                 }

@@ -199,6 +199,28 @@ async fn a_mutation_is_sent_again_only_when_it_was_refused_up_front() {
     assert!(matches!(result, Err(Error::LeaderChanged)), "{result:?}");
     assert_eq!(ambiguous.times().len(), 1);
 
+    // The leader dropped the proposal (leadership moving): not applied, sent again.
+    let dropped = Script::default();
+    let result = transport
+        .unary(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            put(),
+            |_c, _r| {
+                let n = dropped.launch();
+                async move {
+                    if n == 0 {
+                        Err(Status::unknown("raft proposal dropped"))
+                    } else {
+                        Ok(Response::new(PutResponse::default()))
+                    }
+                }
+            },
+        )
+        .await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(dropped.times().len(), 2);
+
     let refused = Script::default();
     let result = transport
         .unary(

@@ -210,10 +210,12 @@ impl Transport {
         Self::over(balancer, options)
     }
 
-    /// A KV answer carried this header: remember its revision if it is the newest seen.
+    /// A KV answer carried this header: remember its revision if it is the newest seen, and
+    /// refresh the leader view at once if it comes from a newer raft term.
     pub(crate) fn observe_header(&self, header: Option<&ResponseHeader>) {
         if let Some(h) = header {
             self.seen_revision.fetch_max(h.revision, Ordering::Relaxed);
+            self.balancer.observe_term(h.raft_term);
         }
     }
 
