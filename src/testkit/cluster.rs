@@ -292,6 +292,23 @@ impl Cluster {
         self.members[i].kill();
     }
 
+    /// Stops member `i` gracefully with SIGTERM, as an operator or an orchestrator does (a
+    /// leader hands leadership over first), and waits until it has exited (SIGKILL after 10 s).
+    /// [`restart`](Self::restart) starts it again. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let mut cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// cluster.terminate(0).await;
+    /// cluster.restart(0).await.unwrap();
+    /// # }
+    /// ```
+    pub async fn terminate(&mut self, i: usize) {
+        self.members[i].terminate(TERMINATE_GRACE).await;
+    }
+
     /// Freezes member `i` with SIGSTOP: its sockets stay open but it answers nothing, like a
     /// hung machine. Panics if `i >= len()`.
     ///
@@ -598,6 +615,9 @@ impl Cluster {
         }
     }
 }
+
+/// How long a member may take to stop after SIGTERM before it is killed.
+const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
 /// True if a member exited because one of its ports was in use.
 pub(crate) fn is_port_taken(error: &TestkitError) -> bool {

@@ -123,6 +123,26 @@ impl Member {
         self.stopped.store(false, Ordering::SeqCst);
     }
 
+    /// Stops the process the way an operator does, with SIGTERM (etcd hands leadership over
+    /// and closes its connections gracefully), and reaps it; SIGKILLs it if it has not exited
+    /// after `grace`. A no-op when it is not running.
+    pub(crate) async fn terminate(&self, grace: std::time::Duration) {
+        if self.pid().is_none() {
+            return;
+        }
+        // A frozen process cannot handle SIGTERM: thaw it first.
+        self.cont();
+        self.signal(libc::SIGTERM);
+        let give_up = tokio::time::Instant::now() + grace;
+        while self.pid().is_some() && self.exited().is_none() {
+            if tokio::time::Instant::now() >= give_up {
+                self.kill();
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Freezes the process with SIGSTOP: it keeps its sockets but answers nothing.
     pub(crate) fn stop(&self) {
         if self.signal(libc::SIGSTOP) {

@@ -3,6 +3,7 @@
 
 pub mod members;
 pub mod workload;
+pub mod writers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
