@@ -4,7 +4,7 @@
 //! in the same process.
 //!
 //! ```text
-//! cargo bench --bench overhead --features baseline      # ~2 min
+//! PROTOC=$(scripts/protoc-path) cargo run --release -p etcd-ha-bench --bin overhead-bench  # ~2 min
 //! ```
 //!
 //! For each call (put, linearizable get, serializable get) and each concurrency (1 and 16
@@ -17,15 +17,11 @@
 //! two thirds of its writes and linearizable reads reach a follower, which forwards them to the
 //! leader; etcd-ha sends those to the leader and spreads serializable reads by latency.
 
-#[path = "failover/clients.rs"]
-#[allow(dead_code)]
-mod clients;
-
 use std::time::Duration;
 
-use clients::{BenchClient, ClientKind};
 use etcd_ha::proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
 use etcd_ha::testkit::Cluster;
+use etcd_ha_bench::clients::{BenchClient, ClientKind};
 use tokio::time::Instant;
 
 /// How long one client runs one call at one concurrency in one round.
@@ -202,12 +198,13 @@ async fn run() {
         Caller::Channel(KvClient::new(ha.balanced_channel())),
         Caller::Bench(
             BenchClient::connect(
-                ClientKind::Baseline,
+                ClientKind::EtcdClientDefault,
                 &endpoints,
                 "overhead/etcd-client/",
-                etcd_ha::Options::default(),
+                CALL_DEADLINE,
             )
-            .await,
+            .await
+            .expect("etcd-client connects"),
         ),
     ];
     // Let the probes find the leader before anything is timed.

@@ -1,42 +1,40 @@
-//! The scenarios: which member is hit, how, for how long, and how the cluster's own recovery is
-//! judged.
+//! The local scenarios: which member of a testkit cluster is hit, how, for how long, and how
+//! the cluster's own recovery is judged.
 //!
 //! Each fault is split in two: [`Scenario::inject`], the instant action (a signal, a proxy
 //! mode, a detached link), after which the clocks start; and [`Scenario::follow_up`], the rest
-//! of the script (thaw, heal or restart), run while the loops go on.
+//! of the script (thaw, heal or restart), run while the loops go on. Faults that are undone
+//! last [`crate::plan::Timing::hold`].
 
 use std::time::Duration;
 
+use clap::ValueEnum;
 use etcd_ha::testkit::{Cluster, ClusterBuilder, FaultProxy, Mode, TestkitError};
+use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::election::Rule;
 
-/// How long a fault that is undone lasts: a freeze, a blackhole, a partition.
-const FAULT_FOR: Duration = Duration::from_secs(10);
-
-/// How long every member stays down in [`Scenario::RestartAll`].
+/// How long every member stays down in [`Scenario::RestartAll`] (at most the hold): 2 s, longer
+/// than an election timeout, so that the restarted cluster has to elect anew.
 const DOWN_FOR: Duration = Duration::from_secs(2);
 
-/// The fault window of every scenario: 12 s, a 10 s fault plus 2 s to see the clients recover
-/// once it is undone; for kills, long enough to see the steady state after failover.
-pub const FAULT_WINDOW: Duration = Duration::from_secs(12);
-
 /// One fault scenario.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// SIGKILL the leader; it stays down for the rest of the scenario.
     LeaderKill,
-    /// SIGSTOP the leader for 10 s, then SIGCONT: its sockets stay open, it answers nothing.
+    /// SIGSTOP the leader for the hold, then SIGCONT: its sockets stay open, it answers nothing.
     LeaderFreeze,
     /// SIGKILL a follower; it stays down. The leader does not move.
     FollowerKill,
     /// SIGKILL every member, wait 2 s, start them all again (a power loss).
     RestartAll,
     /// The clients reach the leader only through a [`FaultProxy`], which swallows every byte
-    /// for 10 s: a dead client link, while the cluster itself is fine.
+    /// for the hold: a dead client link, while the cluster itself is fine.
     LeaderLinkBlackhole,
-    /// The leader is cut off from its peers for 10 s (network namespaces), while the clients
+    /// The leader is cut off from its peers for the hold (network namespaces), while the clients
     /// still reach it: it steps down, the others elect a new leader.
     LeaderPartition,
 }
@@ -64,18 +62,30 @@ impl Scenario {
         }
     }
 
-    /// What happens, in words.
-    pub fn describe(self) -> &'static str {
+    /// What happens, in words, for a fault held `hold`.
+    pub fn describe(self, hold: Duration) -> String {
+        let down = down_for(hold).as_secs_f64();
+        let hold = format!("{:.1} s", hold.as_secs_f64());
         match self {
-            Scenario::LeaderKill => "SIGKILL the leader; it stays down",
-            Scenario::LeaderFreeze => "SIGSTOP the leader for 10 s, then SIGCONT",
-            Scenario::FollowerKill => "SIGKILL a follower; it stays down",
-            Scenario::RestartAll => "SIGKILL every member, 2 s later start them all",
-            Scenario::LeaderLinkBlackhole => {
-                "clients reach the leader through a proxy that drops every byte for 10 s"
+            Scenario::LeaderKill => "SIGKILL the leader; it stays down".to_string(),
+            Scenario::LeaderFreeze => format!("SIGSTOP the leader for {hold}, then SIGCONT"),
+            Scenario::FollowerKill => "SIGKILL a follower; it stays down".to_string(),
+            Scenario::RestartAll => {
+                format!("SIGKILL every member, {down:.1} s later start them all")
             }
-            Scenario::LeaderPartition => "cut the leader off from its peers for 10 s, then heal",
+            Scenario::LeaderLinkBlackhole => {
+                format!("clients reach the leader through a proxy that drops every byte for {hold}")
+            }
+            Scenario::LeaderPartition => {
+                format!("cut the leader off from its peers for {hold}, then heal")
+            }
         }
+    }
+
+    /// True if the fault is undone within the window (a thaw, a heal, a restart); false if it
+    /// stays (a kill), and recovery is then judged from the fault itself.
+    pub fn heals(self) -> bool {
+        !matches!(self, Scenario::LeaderKill | Scenario::FollowerKill)
     }
 
     /// How the cluster is built: partitions need every member in a network namespace.
@@ -90,13 +100,6 @@ impl Scenario {
     /// True if the clients reach the target member through a [`FaultProxy`].
     pub fn needs_proxy(self) -> bool {
         self == Scenario::LeaderLinkBlackhole
-    }
-
-    /// etcd-ha's options in this scenario: the defaults. Behind a proxy too: member sync
-    /// matches endpoints to members by member id, so the proxy stays the leader's endpoint and
-    /// the fault stays in the path.
-    pub fn ha_options(self) -> etcd_ha::Options {
-        etcd_ha::Options::default()
     }
 
     /// A note for the report when the scenario departs from the common setup.
@@ -141,36 +144,43 @@ impl Scenario {
         Ok(())
     }
 
-    /// The rest of the fault's script, from `injected` on; returns once the script is done
-    /// (it may outlast the window only if a restart is slow).
+    /// The rest of the fault's script, from `injected` on, for a fault held `hold`; returns
+    /// when the fault was undone (`None` for a fault that stays). It returns once the script
+    /// is done, which may outlast the window only if a restart is slow.
     pub async fn follow_up(
         self,
         rig: &mut Rig,
         target: Option<usize>,
         injected: Instant,
-    ) -> Result<(), TestkitError> {
+        hold: Duration,
+    ) -> Result<Option<Instant>, TestkitError> {
         let target = || target.expect("a fault with a target member");
         match self {
-            Scenario::LeaderKill | Scenario::FollowerKill => {}
+            Scenario::LeaderKill | Scenario::FollowerKill => return Ok(None),
             Scenario::LeaderFreeze => {
-                tokio::time::sleep_until(injected + FAULT_FOR).await;
+                tokio::time::sleep_until(injected + hold).await;
                 rig.cluster.cont(target());
             }
             Scenario::RestartAll => {
-                tokio::time::sleep_until(injected + DOWN_FOR).await;
+                tokio::time::sleep_until(injected + down_for(hold)).await;
                 rig.cluster.start_all().await?;
             }
             Scenario::LeaderLinkBlackhole => {
-                tokio::time::sleep_until(injected + FAULT_FOR).await;
+                tokio::time::sleep_until(injected + hold).await;
                 rig.proxy().set_mode(Mode::Pass);
             }
             Scenario::LeaderPartition => {
-                tokio::time::sleep_until(injected + FAULT_FOR).await;
+                tokio::time::sleep_until(injected + hold).await;
                 rig.cluster.heal(target())?;
             }
         }
-        Ok(())
+        Ok(Some(Instant::now()))
     }
+}
+
+/// How long every member stays down in [`Scenario::RestartAll`] when faults are held `hold`.
+fn down_for(hold: Duration) -> Duration {
+    DOWN_FOR.min(hold)
 }
 
 /// What a fault acts on: the cluster, and the proxy in front of the target member if the
