@@ -49,7 +49,10 @@ impl Fault {
     /// What happens, in words.
     pub fn describe(&self, hold: Duration) -> String {
         match self {
-            Fault::Local(scenario) => scenario.describe(hold),
+            Fault::Local(scenario) => match scenario.note() {
+                Some(note) => format!("{}; {note}", scenario.describe(hold)),
+                None => scenario.describe(hold),
+            },
             Fault::External(e) => format!(
                 "your cluster ({}); fault: {}; heal after {:.1} s: {}",
                 e.endpoints.join(","),
@@ -138,10 +141,7 @@ impl Site {
                 rig,
                 scenario,
                 target,
-            } => scenario
-                .follow_up(rig, *target, injected, hold)
-                .await
-                .map_err(|e| e.to_string()),
+            } => scenario.follow_up(rig, *target, injected, hold).await,
             SiteKind::External { hooks, leader_url } => match &hooks.heal_cmd {
                 Some(cmd) => {
                     tokio::time::sleep_until(injected + hold).await;

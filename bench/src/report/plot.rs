@@ -20,6 +20,14 @@ const ROW_HEIGHT: u32 = 300;
 /// Width of each of the two charts of a row.
 const CHART_WIDTH: u32 = 760;
 
+/// The throughput charts' y axis ends at the peak times this: the legend's six lines fit
+/// above the data.
+const LEGEND_ROOM_LINEAR: f64 = 1.8;
+
+/// The latency charts' y axis (log) ends at the slowest call times this: about one and a half
+/// decades for the legend.
+const LEGEND_ROOM_LOG: f64 = 40.0;
+
 /// The colour of a loop's series.
 fn color(kind: LoopKind) -> RGBColor {
     match kind {
@@ -59,12 +67,9 @@ fn draw(run: &ScenarioRun, trial: &TrialRecord, path: &Path) -> Result<(), Box<d
     let root = root.titled(&title, ("sans-serif", 20))?;
     let panels = root.split_evenly((rows, 2));
     let p = &trial.phases;
-    let end_s = trial
-        .clients
-        .iter()
-        .flat_map(|c| c.loops.iter().flat_map(|l| l.samples.last()))
-        .map(|s| s.finished().as_secs_f64())
-        .fold(p.window_end().as_secs_f64(), f64::max);
+    // The charts end with the window: after it the loops start no call, and the buckets of
+    // the calls still in flight would show a drop that is not the clients'.
+    let end_s = p.window_end().as_secs_f64();
     let marks = Marks {
         fault: p.fault().as_secs_f64(),
         during_end: p.during_end().as_secs_f64(),
@@ -149,7 +154,8 @@ fn throughput(
     end_s: f64,
     marks: &Marks,
 ) -> Result<(), Box<dyn Error>> {
-    let buckets = (end_s / BUCKET_S).ceil() as usize + 1;
+    // Whole buckets inside the window only: a partial last bucket would read as a dip.
+    let buckets = (end_s / BUCKET_S).floor() as usize;
     let mut ok = vec![vec![0u32; buckets]; client.loops.len()];
     let mut errors = vec![0u32; buckets];
     for (i, l) in client.loops.iter().enumerate() {
@@ -170,7 +176,8 @@ fn throughput(
         .copied()
         .max()
         .unwrap_or(1);
-    let y1 = rate(peak.max(1)) * 1.15;
+    // Head room above the highest series for the legend.
+    let y1 = rate(peak.max(1)) * LEGEND_ROOM_LINEAR;
     let mut chart = ChartBuilder::on(area)
         .caption(
             format!(
@@ -215,7 +222,7 @@ fn throughput(
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], RED));
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .label_font(("sans-serif", 11))
@@ -230,13 +237,14 @@ fn latency(
     end_s: f64,
     marks: &Marks,
 ) -> Result<(), Box<dyn Error>> {
-    let ms = |s: &crate::workload::Sample| (s.latency().as_secs_f64() * 1000.0).max(0.05);
+    let ms = |s: &crate::workload::Sample| (s.latency().as_secs_f64() * 1000.0).max(0.02);
     let slowest = client
         .loops
         .iter()
         .flat_map(|l| l.samples.iter().map(ms))
         .fold(1.0, f64::max);
-    let (y0, y1) = (0.05, slowest * 2.0);
+    // Head room above the slowest call for the legend.
+    let (y0, y1) = (0.02, slowest * LEGEND_ROOM_LOG);
     let mut chart = ChartBuilder::on(area)
         .caption(
             format!("{}: latency per call [ms]", client.client.name()),
@@ -274,7 +282,7 @@ fn latency(
         .legend(|(x, y)| Cross::new((x + 7, y), 3, RED));
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .label_font(("sans-serif", 11))
