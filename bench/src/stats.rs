@@ -12,7 +12,7 @@ use crate::workload::LoopKind;
 /// Median, 90th percentile and maximum of one metric over the trials that have it.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Spread {
-    /// Middle value (the upper middle for an even count).
+    /// Middle value (the mean of the two middle ones for an even count).
     pub median: f64,
     /// Nearest-rank 90th percentile (the maximum for fewer than ten trials).
     pub p90: f64,
@@ -32,7 +32,11 @@ impl Spread {
         v.sort_by(f64::total_cmp);
         let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
         Some(Spread {
-            median: v[v.len() / 2],
+            median: if v.len() % 2 == 1 {
+                v[v.len() / 2]
+            } else {
+                (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+            },
             p90: rank(0.9),
             max: v[v.len() - 1],
             n: v.len(),
@@ -165,6 +169,6 @@ mod tests {
     fn p90_of_ten_trials_is_the_ninth() {
         let s = Spread::of((1..=10).map(f64::from)).expect("values");
         assert_eq!(s.p90, 9.0);
-        assert_eq!(s.median, 6.0);
+        assert_eq!(s.median, 5.5);
     }
 }

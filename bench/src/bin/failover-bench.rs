@@ -25,6 +25,7 @@ fn main() -> std::process::ExitCode {
         settings: Settings::new(&plan, command),
         scenarios,
     };
+    let written = report.write(&args.out);
     match args.format {
         Format::Table => {
             print!("{}", table::legend(&report));
@@ -34,10 +35,15 @@ fn main() -> std::process::ExitCode {
         }
         Format::Json => println!("{}", report.summary_json()),
         Format::Markdown => {
-            print!("{}", etcd_ha_bench::report::markdown::render(&report, &[]))
+            // The file's text, whose images are the SVGs beside it.
+            let path = args.out.join("report.md");
+            match std::fs::read_to_string(&path) {
+                Ok(text) => print!("{text}"),
+                Err(_) => print!("{}", etcd_ha_bench::report::markdown::render(&report, &[])),
+            }
         }
     }
-    match report.write(&args.out) {
+    match written {
         Ok(paths) => {
             eprintln!(
                 "\nran in {:.0} s; wrote {} files under {} (report: {})",

@@ -9,7 +9,7 @@ use plotters::prelude::*;
 
 use crate::plan::ScenarioRun;
 use crate::trial::{ClientTrial, TrialRecord};
-use crate::workload::LoopKind;
+use crate::workload::{LoopKind, Sample};
 
 /// Width of a throughput bucket: 250 ms, 25 calls of one paced task, fine enough to show a
 /// sub-second gap, coarse enough not to be noise.
@@ -230,14 +230,15 @@ fn throughput(
     Ok(())
 }
 
-/// Every call's latency (log scale): successes as dots per loop, errors as red crosses.
+/// Every call's latency (log scale): successes as dots per loop, errors as red crosses;
+/// thinned past [`MAX_POINTS`] per series.
 fn latency(
     area: &Area<'_>,
     client: &ClientTrial,
     end_s: f64,
     marks: &Marks,
 ) -> Result<(), Box<dyn Error>> {
-    let ms = |s: &crate::workload::Sample| (s.latency().as_secs_f64() * 1000.0).max(0.02);
+    let ms = |s: &Sample| (s.latency().as_secs_f64() * 1000.0).max(0.02);
     let slowest = client
         .loops
         .iter()
@@ -245,9 +246,32 @@ fn latency(
         .fold(1.0, f64::max);
     // Head room above the slowest call for the legend.
     let (y0, y1) = (0.02, slowest * LEGEND_ROOM_LOG);
+    let oks: Vec<(LoopKind, Vec<&Sample>)> = client
+        .loops
+        .iter()
+        .map(|l| {
+            let ok = l.samples.iter().filter(|s| s.error.is_none()).collect();
+            (l.kind, thin(ok))
+        })
+        .collect();
+    let errors = thin(
+        client
+            .loops
+            .iter()
+            .flat_map(|l| l.samples.iter())
+            .filter(|s| s.error.is_some())
+            .collect(),
+    );
+    let all: usize = client.loops.iter().map(|l| l.samples.len()).sum();
+    let drawn = errors.len() + oks.iter().map(|(_, v)| v.len()).sum::<usize>();
+    let note = if drawn < all {
+        format!(" ({drawn} of {all} calls: evenly spaced, and all above p99)")
+    } else {
+        String::new()
+    };
     let mut chart = ChartBuilder::on(area)
         .caption(
-            format!("{}: latency per call [ms]", client.client.name()),
+            format!("{}: latency per call [ms]{note}", client.client.name()),
             ("sans-serif", 15),
         )
         .margin(8)
@@ -261,23 +285,21 @@ fn latency(
         .light_line_style(WHITE.mix(0.0))
         .draw()?;
     draw_marks(&mut chart, marks, (y0, y1))?;
-    for l in &client.loops {
-        let c = color(l.kind);
-        let ok = l.samples.iter().filter(|s| s.error.is_none());
+    for (kind, ok) in &oks {
+        let c = color(*kind);
+        let dots = ok
+            .iter()
+            .map(|s| Circle::new((s.started().as_secs_f64(), ms(s)), 1, c.filled()));
         chart
-            .draw_series(
-                ok.map(|s| Circle::new((s.started().as_secs_f64(), ms(s)), 1, c.filled())),
-            )?
-            .label(format!("{} ok", l.kind.name()))
+            .draw_series(dots)?
+            .label(format!("{} ok", kind.name()))
             .legend(move |(x, y)| Circle::new((x + 7, y), 3, c.filled()));
     }
-    let errors = client
-        .loops
+    let crosses = errors
         .iter()
-        .flat_map(|l| l.samples.iter())
-        .filter(|s| s.error.is_some());
+        .map(|s| Cross::new((s.started().as_secs_f64(), ms(s)), 3, RED));
     chart
-        .draw_series(errors.map(|s| Cross::new((s.started().as_secs_f64(), ms(s)), 3, RED)))?
+        .draw_series(crosses)?
         .label("error")
         .legend(|(x, y)| Cross::new((x + 7, y), 3, RED));
     chart
@@ -288,4 +310,27 @@ fn latency(
         .label_font(("sans-serif", 11))
         .draw()?;
     Ok(())
+}
+
+/// Most points one series of a latency chart draws: 3000, about what 10 s of one paced task
+/// make. Past it (many tasks, an open loop), calls are thinned to stay viewable: an SVG of a
+/// few hundred thousand circles is tens of megabytes and slow to open.
+const MAX_POINTS: usize = 3000;
+
+/// `samples` thinned to about [`MAX_POINTS`]: every k-th, plus every call slower than the
+/// series' 99th percentile, so the outliers that matter are all drawn.
+fn thin(samples: Vec<&Sample>) -> Vec<&Sample> {
+    if samples.len() <= MAX_POINTS {
+        return samples;
+    }
+    let stride = samples.len().div_ceil(MAX_POINTS);
+    let mut latencies: Vec<_> = samples.iter().map(|s| s.latency()).collect();
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    samples
+        .into_iter()
+        .enumerate()
+        .filter(|(i, s)| i % stride == 0 || s.latency() > p99)
+        .map(|(_, s)| s)
+        .collect()
 }
