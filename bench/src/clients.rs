@@ -15,7 +15,10 @@ use std::time::Duration;
 use clap::ValueEnum;
 use serde::Serialize;
 
+use tokio::time::Instant;
+
 use crate::retry::{self, Op};
+use crate::watch::Watched;
 
 /// Which client, and so which key prefix its loops write under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
@@ -116,6 +119,40 @@ pub enum BenchClient {
     },
 }
 
+/// A client's watch service, for the watch probe ([`crate::watch`]).
+#[derive(Clone)]
+pub enum WatchHandle {
+    /// etcd-ha's managed watch.
+    Ha(etcd_ha::Watch),
+    /// etcd-client's watch client; `resume` for the application's loop around it.
+    Ec {
+        /// The crate's watch client.
+        client: Box<etcd_client::WatchClient>,
+        /// True if the application creates the watch again after it ends.
+        resume: bool,
+    },
+}
+
+impl WatchHandle {
+    /// Watches `prefix` until `until`, sample times measured from `start`.
+    pub async fn watch(self, prefix: String, start: Instant, until: Instant) -> Watched {
+        match self {
+            WatchHandle::Ha(watch) => crate::watch::watch_ha(watch, prefix, start, until).await,
+            WatchHandle::Ec { client, resume } => {
+                crate::watch::watch_ec(*client, prefix, start, until, resume).await
+            }
+        }
+    }
+}
+
+/// A connected client: its calls, and its watch service.
+pub struct Connected {
+    /// The put and get calls.
+    pub client: BenchClient,
+    /// The watch service on the same connections.
+    pub watch: WatchHandle,
+}
+
 /// What reached the caller when a call failed: a short, stable kind ("Timeout",
 /// "grpc Unavailable", ...) that the report counts.
 pub type ErrorKind = String;
@@ -128,13 +165,16 @@ impl BenchClient {
         endpoints: &[String],
         prefix: &str,
         deadline: Duration,
-    ) -> Result<Self, String> {
-        let client = match kind {
+    ) -> Result<Connected, String> {
+        let (client, watch) = match kind {
             ClientKind::EtcdHa => {
                 let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
                     .await
                     .map_err(|e| format!("etcd-ha could not connect: {e}"))?;
-                BenchClient::Ha(client.kv())
+                (
+                    BenchClient::Ha(client.kv()),
+                    WatchHandle::Ha(client.watch()),
+                )
             }
             ClientKind::EtcdClientDefault
             | ClientKind::EtcdClientTuned
@@ -144,14 +184,20 @@ impl BenchClient {
                     .await
                     .map_err(|e| format!("etcd-client could not connect: {e}"))?;
                 let kv = Box::new(client.kv_client());
-                if kind == ClientKind::EtcdClientTunedRetry {
+                let resume = kind == ClientKind::EtcdClientTunedRetry;
+                let watch = WatchHandle::Ec {
+                    client: Box::new(client.watch_client()),
+                    resume,
+                };
+                if resume {
                     let attempt_timeout = retry::attempt_timeout(deadline);
-                    BenchClient::Retrying {
+                    let client = BenchClient::Retrying {
                         kv,
                         attempt_timeout,
-                    }
+                    };
+                    (client, watch)
                 } else {
-                    BenchClient::Baseline(kv)
+                    (BenchClient::Baseline(kv), watch)
                 }
             }
         };
@@ -161,7 +207,7 @@ impl BenchClient {
             .put(marker.clone().into_bytes(), b"ready".to_vec())
             .await
             .map_err(|kind| format!("first put of {marker} failed: {kind}"))?;
-        Ok(client)
+        Ok(Connected { client, watch })
     }
 
     /// Put `value` at `key`.

@@ -24,6 +24,7 @@
 //! metrics.rs      one loop's samples -> throughput, gaps, errors, recovery, latency
 //! stats.rs        repeated trials -> median / p90 / max, merged latency histograms
 //! verify.rs       read-back of every put: lost, ambiguous, applied twice
+//! watch.rs        the watch probe: a neutral writer, each client's watch through the fault
 //! progress.rs     indicatif on a terminal, plain phase lines otherwise
 //! report/         the JSON (serde), CSV, SVG timelines (plotters), Markdown and tables
 //! bin/            failover-bench and overhead-bench
@@ -46,4 +47,5 @@ pub mod site;
 pub mod stats;
 pub mod trial;
 pub mod verify;
+pub mod watch;
 pub mod workload;

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::clients::ClientKind;
 use crate::metrics::{self, LatencySummary, LoopMetrics, PhaseLatency};
 use crate::trial::TrialRecord;
+use crate::watch::WatchMetrics;
 use crate::workload::LoopKind;
 
 /// Median, 90th percentile and maximum of one metric over the trials that have it.
@@ -74,6 +75,25 @@ pub struct LoopSummary {
     pub over_reelection: Option<Spread>,
 }
 
+/// One client's watch over all trials.
+#[derive(Debug, Clone, Serialize)]
+pub struct WatchSummary {
+    /// Which client.
+    pub client: ClientKind,
+    /// Trials in which it watched.
+    pub trials: usize,
+    /// Fault -> first event of a write started after it, over the trials that had one.
+    pub first_event_ms: Option<Spread>,
+    /// Trials in which no such event arrived.
+    pub first_event_never: usize,
+    /// Acknowledged writes never delivered.
+    pub lost: Option<Spread>,
+    /// Events delivered more than once, or out of order.
+    pub repeated_or_reordered: Option<Spread>,
+    /// Trials in which the watch ended for good before the probe did.
+    pub ended: usize,
+}
+
 /// The summary of one fault under one load.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioSummary {
@@ -83,6 +103,8 @@ pub struct ScenarioSummary {
     pub reelection_never: usize,
     /// One entry per client and loop.
     pub loops: Vec<LoopSummary>,
+    /// One entry per client: its watch of the probe's writes.
+    pub watches: Vec<WatchSummary>,
 }
 
 /// Summarizes `trials` for `clients`.
@@ -147,10 +169,42 @@ pub fn summarize(trials: &[TrialRecord], clients: &[ClientKind]) -> ScenarioSumm
             });
         }
     }
+    let watches = clients
+        .iter()
+        .map(|&client| {
+            let runs: Vec<&WatchMetrics> = trials
+                .iter()
+                .filter_map(|t| {
+                    t.clients
+                        .iter()
+                        .find(|c| c.client == client)?
+                        .watch
+                        .as_ref()
+                })
+                .collect();
+            WatchSummary {
+                client,
+                trials: runs.len(),
+                first_event_ms: Spread::of(
+                    runs.iter().filter_map(|w| w.first_event_after_fault_ms),
+                ),
+                first_event_never: runs
+                    .iter()
+                    .filter(|w| w.first_event_after_fault_ms.is_none())
+                    .count(),
+                lost: Spread::of(runs.iter().map(|w| w.lost as f64)),
+                repeated_or_reordered: Spread::of(
+                    runs.iter().map(|w| (w.repeated + w.out_of_order) as f64),
+                ),
+                ended: runs.iter().filter(|w| w.ended.is_some()).count(),
+            }
+        })
+        .collect();
     ScenarioSummary {
         reelection_ms: Spread::of(trials.iter().filter_map(|t| t.reelection_ms)),
         reelection_never,
         loops,
+        watches,
     }
 }
 

@@ -7,6 +7,7 @@
 //!   inject fault -> re-election poller starts -> follow-up script (thaw, heal, restart)
 //!   | fault window
 //! loops stop starting calls -> in-flight calls end (<= deadline) -> settle -> read back
+//! (all along: the watch probe's writer, and each client's watch of its writes)
 //! ```
 
 use std::time::Duration;
@@ -22,11 +23,16 @@ use crate::plan::Timing;
 use crate::progress::Progress;
 use crate::site::{Fault, Site};
 use crate::verify::{self, Correctness};
+use crate::watch::WatchMetrics;
 use crate::workload::{self, Load, LoopKind, LoopPlan, Sample};
 
 /// Wait between the end of the loops and the read-back, so that puts abandoned at their
 /// deadline but already in raft's pipeline are applied and show up as "errored but applied".
 const SETTLE: Duration = Duration::from_millis(500);
+
+/// How long the watchers go on after the writer stopped: 1 s, for the events of the last
+/// writes to arrive (a healthy watch delivers in milliseconds).
+const WATCH_DRAIN: Duration = Duration::from_secs(1);
 
 /// What one loop of one client did in one trial.
 #[derive(Debug, Serialize)]
@@ -51,6 +57,8 @@ pub struct ClientTrial {
     pub loops: Vec<LoopTrial>,
     /// The read-back of its puts.
     pub read_back: Correctness,
+    /// What its watch of the probe's writes saw.
+    pub watch: Option<WatchMetrics>,
 }
 
 /// Everything one trial measured.
@@ -109,12 +117,29 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     }))
     .await;
 
+    // The watch probe's neutral writer: an etcd-ha client of its own, so that no client under
+    // test writes what the watchers are judged on.
+    let writer = etcd_ha::Client::connect(&site.client_endpoints, etcd_ha::Options::default())
+        .await
+        .map_err(|e| format!("the watch probe's writer could not connect: {e}"))?;
+
     let start = Instant::now();
     let fault_at = start + timing.warmup;
     let window_end = fault_at + timing.window;
+    let watch_prefix = format!("{}watch/", spec.key_root);
+    let watch_until = window_end + WATCH_DRAIN;
+    let mut watchers = Vec::new();
     let mut loops = Vec::new();
-    for (&kind, client) in spec.clients.iter().zip(&connected) {
-        let Ok(client) = client else { continue };
+    for (&kind, connected) in spec.clients.iter().zip(&connected) {
+        let Ok(connected) = connected else { continue };
+        let watch = connected.watch.clone();
+        let watched_prefix = watch_prefix.clone();
+        watchers.push(tokio::spawn(watch.watch(
+            watched_prefix,
+            start,
+            watch_until,
+        )));
+        let client = &connected.client;
         for loop_kind in LoopKind::ALL {
             let plan = LoopPlan {
                 kind: loop_kind,
@@ -129,6 +154,13 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
             loops.push(tokio::spawn(workload::run(plan)));
         }
     }
+
+    let writes = tokio::spawn(crate::watch::write(
+        writer.kv(),
+        watch_prefix,
+        start,
+        window_end,
+    ));
 
     progress.phase("warm-up");
     tokio::time::sleep_until(fault_at).await;
@@ -157,6 +189,12 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     for task in loops {
         samples.push(task.await.expect("a workload loop panicked"));
     }
+    let writes = writes.await.expect("the watch probe's writer panicked");
+    let mut watched = Vec::new();
+    for task in watchers {
+        watched.push(task.await.expect("a watcher panicked"));
+    }
+    drop(writer);
     let reelection = match poller {
         Some(task) => task.await.expect("the re-election poller panicked"),
         None => None,
@@ -174,10 +212,14 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     };
     let mut clients = Vec::new();
     let mut samples = samples.into_iter();
+    let mut watched = watched.into_iter();
     for (&kind, error) in spec.clients.iter().zip(connect_errors) {
         let mut loops = Vec::new();
         let mut read_back = Correctness::default();
+        let mut watch = None;
         if error.is_none() {
+            let seen = watched.next().expect("one watcher per connected client");
+            watch = Some(crate::watch::evaluate(&writes, seen, phases.fault_us));
             for kind in LoopKind::ALL {
                 let samples = samples.next().expect("one sample set per loop");
                 let metrics = metrics::summarize(&samples, &phases);
@@ -196,6 +238,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
             error,
             loops,
             read_back,
+            watch,
         });
     }
     if site.is_external() {

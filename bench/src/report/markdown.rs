@@ -6,6 +6,7 @@ use std::fmt::Write;
 use crate::metrics::RECOVERED_SHARE;
 use crate::report::table::{p99s, triple};
 use crate::report::{Report, ms_or_dash};
+use crate::watch::WRITE_PACE;
 use crate::workload::Load;
 
 /// Renders the report; `svgs` are (scenario, load, file name relative to the report).
@@ -107,6 +108,26 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
                 cell(&lat.during),
                 cell(&lat.after),
                 p99s(&lat.before, &lat.during, &lat.after)
+            );
+        }
+        let _ = write!(
+            out,
+            "\nWatch of a neutral writer's puts (an etcd-ha client, one per {} ms): fault -> \
+             first event of a write started after it; lost: acknowledged writes never \
+             delivered; ended: trials whose watch stopped for good.\n\n\
+             | client | 1st event [ms] | lost | repeated or reordered | ended |\n|---|---|---|---|---|\n",
+            WRITE_PACE.as_millis()
+        );
+        for w in &run.summary.watches {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {}/{} |",
+                w.client.name(),
+                triple(w.first_event_ms, 0, w.first_event_never),
+                triple(w.lost, 0, 0),
+                triple(w.repeated_or_reordered, 0, 0),
+                w.ended,
+                w.trials
             );
         }
         if let Some((_, _, name)) = svgs

@@ -7,6 +7,7 @@ use crate::metrics::{LatencySummary, RECOVERED_SHARE};
 use crate::plan::ScenarioRun;
 use crate::report::{Report, ms_or_dash};
 use crate::stats::{LoopSummary, Spread};
+use crate::watch::WRITE_PACE;
 
 /// `median/p90/max` of `spread` with `decimals`, plus " +N never" for trials without a value.
 pub fn triple(spread: Option<Spread>, decimals: usize, never: usize) -> String {
@@ -41,7 +42,10 @@ pub fn legend(report: &Report) -> String {
          1st ok: fault -> first success of a call started after it. gap: longest time without a \
          success in the window. dur/bef: throughput in the window / before. errors: reaching the \
          caller. back{:.0}: heal (or fault, if it stays) -> throughput back to {:.0} %. p99: \
-         latency before/during/after [ms]. x re-el: 1st ok / the cluster's re-election.\n",
+         latency before/during/after [ms]. x re-el: 1st ok / the cluster's re-election.\n\
+         watch: each client watches the puts of a neutral writer (an etcd-ha client, one per {} \
+         ms); 1st event: fault -> first event of a write started after it; lost: acknowledged \
+         writes never delivered; ended: trials whose watch stopped for good.\n",
         report.settings.trials,
         t.deadline.as_secs_f64() * 1000.0,
         t.warmup.as_secs_f64(),
@@ -49,6 +53,7 @@ pub fn legend(report: &Report) -> String {
         t.hold.as_secs_f64(),
         RECOVERED_SHARE * 100.0,
         RECOVERED_SHARE * 100.0,
+        WRITE_PACE.as_millis(),
     );
     for c in &report.settings.clients {
         let _ = writeln!(out, "  {}: {}", c.client.name(), c.options);
@@ -121,6 +126,23 @@ pub fn block(run: &ScenarioRun) -> String {
     );
     for l in &run.summary.loops {
         let _ = writeln!(out, "{}", row(l));
+    }
+    let _ = writeln!(
+        out,
+        "{:<24} {:<17} {:>18} {:>18} {:>15} {:>9}",
+        "watch of a neutral writer", "", "1st event [ms]", "lost", "repeat/reorder", "ended"
+    );
+    for w in &run.summary.watches {
+        let _ = writeln!(
+            out,
+            "{:<24} {:<17} {:>18} {:>18} {:>15} {:>9}",
+            w.client.name(),
+            "watch",
+            triple(w.first_event_ms, 0, w.first_event_never),
+            triple(w.lost, 0, 0),
+            triple(w.repeated_or_reordered, 0, 0),
+            format!("{}/{}", w.ended, w.trials),
+        );
     }
     out
 }
