@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use tokio::time::Instant;
 
+use crate::lease::Kept;
 use crate::retry::{self, Op};
 use crate::watch::Watched;
 
@@ -145,12 +146,40 @@ impl WatchHandle {
     }
 }
 
-/// A connected client: its calls, and its watch service.
+/// A client's lease service, for the lease probe ([`crate::lease`]).
+#[derive(Clone)]
+pub enum LeaseHandle {
+    /// etcd-ha's keeper.
+    Ha(etcd_ha::Keeper),
+    /// etcd-client's lease client; `resume` for the application's loop around it.
+    Ec {
+        /// The crate's lease client.
+        client: Box<etcd_client::LeaseClient>,
+        /// True if the application opens the keep-alive stream again after it fails.
+        resume: bool,
+    },
+}
+
+impl LeaseHandle {
+    /// Grants a lease and keeps it until `until`, times measured from `start`.
+    pub async fn keep(self, start: Instant, until: Instant) -> Kept {
+        match self {
+            LeaseHandle::Ha(keeper) => crate::lease::keep_ha(keeper, start, until).await,
+            LeaseHandle::Ec { client, resume } => {
+                crate::lease::keep_ec(*client, start, until, resume).await
+            }
+        }
+    }
+}
+
+/// A connected client: its calls, and its watch and lease services.
 pub struct Connected {
     /// The put and get calls.
     pub client: BenchClient,
     /// The watch service on the same connections.
     pub watch: WatchHandle,
+    /// The lease service on the same connections.
+    pub lease: LeaseHandle,
 }
 
 /// What reached the caller when a call failed: a short, stable kind ("Timeout",
@@ -166,15 +195,14 @@ impl BenchClient {
         prefix: &str,
         deadline: Duration,
     ) -> Result<Connected, String> {
-        let (client, watch) = match kind {
+        let (client, watch, lease) = match kind {
             ClientKind::EtcdHa => {
                 let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
                     .await
                     .map_err(|e| format!("etcd-ha could not connect: {e}"))?;
-                (
-                    BenchClient::Ha(client.kv()),
-                    WatchHandle::Ha(client.watch()),
-                )
+                let lease = LeaseHandle::Ha(client.keeper());
+                let watch = WatchHandle::Ha(client.watch());
+                (BenchClient::Ha(client.kv()), watch, lease)
             }
             ClientKind::EtcdClientDefault
             | ClientKind::EtcdClientTuned
@@ -189,15 +217,19 @@ impl BenchClient {
                     client: Box::new(client.watch_client()),
                     resume,
                 };
+                let lease = LeaseHandle::Ec {
+                    client: Box::new(client.lease_client()),
+                    resume,
+                };
                 if resume {
                     let attempt_timeout = retry::attempt_timeout(deadline);
                     let client = BenchClient::Retrying {
                         kv,
                         attempt_timeout,
                     };
-                    (client, watch)
+                    (client, watch, lease)
                 } else {
-                    (BenchClient::Baseline(kv), watch)
+                    (BenchClient::Baseline(kv), watch, lease)
                 }
             }
         };
@@ -207,7 +239,11 @@ impl BenchClient {
             .put(marker.clone().into_bytes(), b"ready".to_vec())
             .await
             .map_err(|kind| format!("first put of {marker} failed: {kind}"))?;
-        Ok(Connected { client, watch })
+        Ok(Connected {
+            client,
+            watch,
+            lease,
+        })
     }
 
     /// Put `value` at `key`.

@@ -21,6 +21,7 @@
 //! retry.rs        the retry loop a careful application writes around etcd-client
 //! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
 //! election.rs     the cluster's own re-election time, from Status polls
+//! lease.rs        the lease probe: each client keeps a lease through the fault
 //! metrics.rs      one loop's samples -> throughput, gaps, errors, recovery, latency
 //! stats.rs        repeated trials -> median / p90 / max, merged latency histograms
 //! verify.rs       read-back of every put: lost, ambiguous, applied twice
@@ -37,6 +38,7 @@
 pub mod cli;
 pub mod clients;
 pub mod election;
+pub mod lease;
 pub mod metrics;
 pub mod plan;
 pub mod progress;

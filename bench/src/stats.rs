@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use crate::clients::ClientKind;
+use crate::lease::LeaseMetrics;
 use crate::metrics::{self, LatencySummary, LoopMetrics, PhaseLatency};
 use crate::trial::TrialRecord;
 use crate::watch::WatchMetrics;
@@ -94,6 +95,21 @@ pub struct WatchSummary {
     pub ended: usize,
 }
 
+/// One client's kept lease over all trials.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaseSummary {
+    /// Which client.
+    pub client: ClientKind,
+    /// Trials in which it kept a lease.
+    pub trials: usize,
+    /// Fault -> answer of the first renewal sent after it, over the trials that had one.
+    pub first_renewal_ms: Option<Spread>,
+    /// Trials without such a renewal.
+    pub first_renewal_never: usize,
+    /// Trials whose lease no longer existed at the end.
+    pub lost: usize,
+}
+
 /// The summary of one fault under one load.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioSummary {
@@ -105,6 +121,8 @@ pub struct ScenarioSummary {
     pub loops: Vec<LoopSummary>,
     /// One entry per client: its watch of the probe's writes.
     pub watches: Vec<WatchSummary>,
+    /// One entry per client: its kept lease.
+    pub leases: Vec<LeaseSummary>,
 }
 
 /// Summarizes `trials` for `clients`.
@@ -200,11 +218,38 @@ pub fn summarize(trials: &[TrialRecord], clients: &[ClientKind]) -> ScenarioSumm
             }
         })
         .collect();
+    let leases = clients
+        .iter()
+        .map(|&client| {
+            let runs: Vec<&LeaseMetrics> = trials
+                .iter()
+                .filter_map(|t| {
+                    t.clients
+                        .iter()
+                        .find(|c| c.client == client)?
+                        .lease
+                        .as_ref()
+                })
+                .collect();
+            let first = runs.iter().filter_map(|l| l.first_renewal_after_fault_ms);
+            LeaseSummary {
+                client,
+                trials: runs.len(),
+                first_renewal_ms: Spread::of(first),
+                first_renewal_never: runs
+                    .iter()
+                    .filter(|l| l.first_renewal_after_fault_ms.is_none())
+                    .count(),
+                lost: runs.iter().filter(|l| l.lost == Some(true)).count(),
+            }
+        })
+        .collect();
     ScenarioSummary {
         reelection_ms: Spread::of(trials.iter().filter_map(|t| t.reelection_ms)),
         reelection_never,
         loops,
         watches,
+        leases,
     }
 }
 

@@ -7,7 +7,8 @@
 //!   inject fault -> re-election poller starts -> follow-up script (thaw, heal, restart)
 //!   | fault window
 //! loops stop starting calls -> in-flight calls end (<= deadline) -> settle -> read back
-//! (all along: the watch probe's writer, and each client's watch of its writes)
+//! (all along: the watch probe's writer, each client's watch of its writes, and each client's
+//! kept lease, whose existence is checked at the read-back)
 //! ```
 
 use std::time::Duration;
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::clients::{BenchClient, ClientKind};
 use crate::election::{self, Rule};
+use crate::lease::LeaseMetrics;
 use crate::metrics::{self, LoopMetrics, Phases};
 use crate::plan::Timing;
 use crate::progress::Progress;
@@ -59,6 +61,8 @@ pub struct ClientTrial {
     pub read_back: Correctness,
     /// What its watch of the probe's writes saw.
     pub watch: Option<WatchMetrics>,
+    /// How it kept its lease.
+    pub lease: Option<LeaseMetrics>,
 }
 
 /// Everything one trial measured.
@@ -129,6 +133,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let watch_prefix = format!("{}watch/", spec.key_root);
     let watch_until = window_end + WATCH_DRAIN;
     let mut watchers = Vec::new();
+    let mut keepers = Vec::new();
     let mut loops = Vec::new();
     for (&kind, connected) in spec.clients.iter().zip(&connected) {
         let Ok(connected) = connected else { continue };
@@ -139,6 +144,9 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
             start,
             watch_until,
         )));
+        keepers.push(tokio::spawn(
+            connected.lease.clone().keep(start, window_end),
+        ));
         let client = &connected.client;
         for loop_kind in LoopKind::ALL {
             let plan = LoopPlan {
@@ -195,6 +203,10 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
         watched.push(task.await.expect("a watcher panicked"));
     }
     drop(writer);
+    let mut kept = Vec::new();
+    for task in keepers {
+        kept.push(task.await.expect("a lease keeper panicked"));
+    }
     let reelection = match poller {
         Some(task) => task.await.expect("the re-election poller panicked"),
         None => None,
@@ -213,11 +225,19 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let mut clients = Vec::new();
     let mut samples = samples.into_iter();
     let mut watched = watched.into_iter();
+    let mut kept = kept.into_iter();
     for (&kind, error) in spec.clients.iter().zip(connect_errors) {
         let mut loops = Vec::new();
         let mut read_back = Correctness::default();
         let mut watch = None;
+        let mut lease = None;
         if error.is_none() {
+            let keeper = kept.next().expect("one keeper per connected client");
+            let gone = match keeper.lease_id {
+                Some(id) => crate::lease::is_gone(&site.endpoints, id).await,
+                None => None,
+            };
+            lease = Some(crate::lease::evaluate(keeper, phases.fault_us, gone));
             let seen = watched.next().expect("one watcher per connected client");
             watch = Some(crate::watch::evaluate(&writes, seen, phases.fault_us));
             for kind in LoopKind::ALL {
@@ -239,6 +259,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
             loops,
             read_back,
             watch,
+            lease,
         });
     }
     if site.is_external() {

@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use crate::lease::LEASE_TTL;
 use crate::metrics::RECOVERED_SHARE;
 use crate::report::table::{p99s, triple};
 use crate::report::{Report, ms_or_dash};
@@ -128,6 +129,23 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
                 triple(w.repeated_or_reordered, 0, 0),
                 w.ended,
                 w.trials
+            );
+        }
+        let _ = write!(
+            out,
+            "\nKept lease (TTL {} s): fault -> answer of the first renewal sent after it; lost: \
+             trials whose lease no longer existed at the end.\n\n\
+             | client | 1st renewal [ms] | lost |\n|---|---|---|\n",
+            LEASE_TTL.as_secs()
+        );
+        for l in &run.summary.leases {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {}/{} |",
+                l.client.name(),
+                triple(l.first_renewal_ms, 0, l.first_renewal_never),
+                l.lost,
+                l.trials
             );
         }
         if let Some((_, _, name)) = svgs

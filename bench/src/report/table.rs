@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use crate::lease::LEASE_TTL;
 use crate::metrics::{LatencySummary, RECOVERED_SHARE};
 use crate::plan::ScenarioRun;
 use crate::report::{Report, ms_or_dash};
@@ -45,7 +46,9 @@ pub fn legend(report: &Report) -> String {
          latency before/during/after [ms]. x re-el: 1st ok / the cluster's re-election.\n\
          watch: each client watches the puts of a neutral writer (an etcd-ha client, one per {} \
          ms); 1st event: fault -> first event of a write started after it; lost: acknowledged \
-         writes never delivered; ended: trials whose watch stopped for good.\n",
+         writes never delivered; ended: trials whose watch stopped for good.\n\
+         lease: each client keeps a lease; 1st renewal: fault -> answer of the first renewal \
+         sent after it; lost: trials whose lease was gone at the end.\n",
         report.settings.trials,
         t.deadline.as_secs_f64() * 1000.0,
         t.warmup.as_secs_f64(),
@@ -142,6 +145,24 @@ pub fn block(run: &ScenarioRun) -> String {
             triple(w.lost, 0, 0),
             triple(w.repeated_or_reordered, 0, 0),
             format!("{}/{}", w.ended, w.trials),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<24} {:<17} {:>18} {:>18}",
+        format!("lease kept (TTL {} s)", LEASE_TTL.as_secs()),
+        "",
+        "1st renewal [ms]",
+        "lost"
+    );
+    for l in &run.summary.leases {
+        let _ = writeln!(
+            out,
+            "{:<24} {:<17} {:>18} {:>18}",
+            l.client.name(),
+            "lease",
+            triple(l.first_renewal_ms, 0, l.first_renewal_never),
+            format!("{}/{}", l.lost, l.trials),
         );
     }
     out
