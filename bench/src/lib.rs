@@ -35,6 +35,8 @@
 //! needs the testkit's `FaultProxy`. A scenario that cannot be set up is reported as such and
 //! the others still run.
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod clients;
 pub mod election;
