@@ -46,6 +46,9 @@ pub struct Write {
 pub struct Seen {
     /// The write's number, from the key.
     pub seq: u64,
+    /// The event's mod revision: the order the cluster applied the writes in (a put the
+    /// writer gave up on may be applied after a later one, so `seq` order is not it).
+    pub revision: i64,
     /// When the watcher got it, in microseconds since the trial's start.
     pub at_us: u64,
 }
@@ -73,7 +76,7 @@ pub struct WatchMetrics {
     pub lost: u64,
     /// Events delivered more than once.
     pub repeated: u64,
-    /// Events delivered after an event of a later write.
+    /// Events delivered after an event of a higher revision.
     pub out_of_order: u64,
     /// Why the watch ended early, if it did.
     pub ended: Option<String>,
@@ -162,10 +165,16 @@ pub async fn watch_ha(
         };
         if let etcd_ha::WatchBatch::Events { events, .. } = batch {
             let at_us = since(start);
-            let seqs = events
-                .iter()
-                .filter_map(|e| seq_of(&e.kv.as_ref()?.key, &prefix));
-            out.seen.extend(seqs.map(|seq| Seen { seq, at_us }));
+            let seen = events.iter().filter_map(|e| {
+                let kv = e.kv.as_ref()?;
+                let seq = seq_of(&kv.key, &prefix)?;
+                Some(Seen {
+                    seq,
+                    revision: kv.mod_revision,
+                    at_us,
+                })
+            });
+            out.seen.extend(seen);
         }
     }
 }
@@ -208,7 +217,12 @@ pub async fn watch_ec(
                 for kv in response.events().iter().filter_map(|e| e.kv()) {
                     next_revision = next_revision.max(kv.mod_revision() + 1);
                     if let Some(seq) = seq_of(kv.key(), &prefix) {
-                        out.seen.push(Seen { seq, at_us });
+                        let revision = kv.mod_revision();
+                        out.seen.push(Seen {
+                            seq,
+                            revision,
+                            at_us,
+                        });
                     }
                 }
                 backoff = RESUME_BACKOFF.0;
@@ -234,10 +248,10 @@ pub fn evaluate(writes: &[Write], watched: Watched, fault_us: u64) -> WatchMetri
     let (mut out_of_order, mut highest) = (0, None);
     for s in &watched.seen {
         *count.entry(s.seq).or_insert(0) += 1;
-        if highest.is_some_and(|h| s.seq < h) {
+        if highest.is_some_and(|h| s.revision < h) {
             out_of_order += 1;
         }
-        highest = highest.max(Some(s.seq));
+        highest = highest.max(Some(s.revision));
     }
     let first = watched
         .seen
@@ -272,16 +286,28 @@ mod tests {
                 acked: true,
             })
             .collect();
-        let seen = [(0, 500), (2, 2500), (2, 2600), (1, 2700)]
-            .map(|(seq, at_us)| Seen { seq, at_us })
-            .to_vec();
+        // Write 1 was applied after write 2 (revision 12 after 11): no reorder; the repeat of
+        // write 2 and the event at revision 10 after 12 are.
+        let seen = [
+            (0, 9, 500),
+            (2, 11, 2500),
+            (1, 12, 2700),
+            (2, 11, 2800),
+            (3, 10, 2900),
+        ]
+        .map(|(seq, revision, at_us)| Seen {
+            seq,
+            revision,
+            at_us,
+        })
+        .to_vec();
         let watched = Watched {
             seen,
             ..Watched::default()
         };
         let m = evaluate(&writes, watched, 1500);
         assert_eq!(m.first_event_after_fault_ms, Some(1.0));
-        assert_eq!((m.lost, m.repeated, m.out_of_order), (1, 1, 1));
+        assert_eq!((m.lost, m.repeated, m.out_of_order), (0, 1, 2));
         assert_eq!(seq_of(b"p/00000012", "p/"), Some(12));
     }
 }
