@@ -11,6 +11,7 @@ use std::time::Duration;
 use etcd_ha::proto::etcdserverpb::StatusRequest;
 use etcd_ha::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use futures_util::future::join_all;
+use serde::Serialize;
 use tokio::time::{Instant, MissedTickBehavior};
 use tonic::transport::Endpoint;
 
@@ -23,7 +24,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 const POLL_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// What counts as "the cluster has a leader again".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "rule", rename_all = "kebab-case")]
 pub enum Rule {
     /// A watched member reports a leader that is neither none (0) nor `old` (the faulted
     /// leader's raft id): the leader moved.
@@ -54,25 +56,35 @@ impl Rule {
     }
 }
 
+/// What the poller saw: how long after the fault, and which leader (raft member id).
+#[derive(Debug, Clone, Copy)]
+pub struct Reelection {
+    /// From the fault to the first answer that satisfied the rule.
+    pub after: Duration,
+    /// The leader that answer named.
+    pub leader: u64,
+}
+
 /// Polls the members at `urls` from `since` (the moment of the fault) until one satisfies
-/// `rule` or `give_up` passes; returns the time from `since` to that answer.
+/// `rule` or `give_up` passes.
 pub async fn measure(
     urls: Vec<String>,
     rule: Rule,
     since: Instant,
     give_up: Instant,
-) -> Option<Duration> {
+) -> Option<Reelection> {
     let mut rounds = tokio::time::interval(POLL_INTERVAL);
     rounds.set_missed_tick_behavior(MissedTickBehavior::Delay);
     while Instant::now() < give_up {
         rounds.tick().await;
         let leaders = join_all(urls.iter().map(|url| leader_seen_by(url))).await;
-        if leaders
+        let found = leaders
             .into_iter()
             .flatten()
-            .any(|leader| rule.satisfied_by(leader))
-        {
-            return Some(since.elapsed());
+            .find(|&leader| rule.satisfied_by(leader));
+        if let Some(leader) = found {
+            let after = since.elapsed();
+            return Some(Reelection { after, leader });
         }
     }
     None
@@ -80,6 +92,23 @@ pub async fn measure(
 
 /// The leader id that the member at `url` reports, or `None` if it does not answer in time.
 async fn leader_seen_by(url: &str) -> Option<u64> {
+    status_of(url).await.map(|status| status.leader)
+}
+
+/// What a member says of itself in a Status call.
+#[derive(Debug, Clone)]
+pub struct NodeStatus {
+    /// Its raft member id.
+    pub member: u64,
+    /// The leader it knows of (0 for none).
+    pub leader: u64,
+    /// Its etcd version.
+    pub version: String,
+}
+
+/// The Status of the member at `url`, or `None` if it does not answer within
+/// [`POLL_TIMEOUT`].
+pub async fn status_of(url: &str) -> Option<NodeStatus> {
     let endpoint = Endpoint::from_shared(url.to_string())
         .ok()?
         .connect_timeout(POLL_TIMEOUT)
@@ -90,7 +119,12 @@ async fn leader_seen_by(url: &str) -> Option<u64> {
             .status(StatusRequest {})
             .await
             .ok()?;
-        Some(status.into_inner().leader)
+        let status = status.into_inner();
+        Some(NodeStatus {
+            member: status.header.map_or(0, |h| h.member_id),
+            leader: status.leader,
+            version: status.version,
+        })
     };
     tokio::time::timeout(POLL_TIMEOUT, call)
         .await

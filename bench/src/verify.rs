@@ -12,8 +12,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use etcd_ha::proto::etcdserverpb::RangeRequest;
 use etcd_ha::proto::etcdserverpb::kv_client::KvClient;
+use etcd_ha::proto::etcdserverpb::{DeleteRangeRequest, RangeRequest};
+use serde::Serialize;
 use tonic::transport::Endpoint;
 
 use crate::workload::{Sample, put_key, put_value};
@@ -22,7 +23,7 @@ use crate::workload::{Sample, put_key, put_value};
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the read-back found for one client.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Correctness {
     /// Puts the client reported as successful.
     pub ok_puts: u64,
@@ -170,4 +171,34 @@ async fn read_prefix(url: &str, prefix: &str) -> Result<BTreeMap<Vec<u8>, Stored
     tokio::time::timeout(READ_TIMEOUT, call)
         .await
         .map_err(|_| "read-back timed out".to_string())?
+}
+
+/// Deletes every key under `prefix` through the first of `urls` that answers: a trial on a
+/// user's cluster leaves nothing behind. A failure is reported on stderr and otherwise ignored.
+pub async fn delete_prefix(urls: &[String], prefix: &str) {
+    let mut last_error = String::from("no member answered");
+    for url in urls {
+        let call = async {
+            let channel = Endpoint::from_shared(url.to_string())
+                .map_err(|e| e.to_string())?
+                .connect()
+                .await
+                .map_err(|e| e.to_string())?;
+            let request = DeleteRangeRequest {
+                key: prefix.as_bytes().to_vec(),
+                range_end: etcd_ha::prefix_end(prefix.as_bytes()),
+                ..DeleteRangeRequest::default()
+            };
+            KvClient::new(channel)
+                .delete_range(request)
+                .await
+                .map_err(|status| format!("{:?}: {}", status.code(), status.message()))
+        };
+        match tokio::time::timeout(READ_TIMEOUT, call).await {
+            Ok(Ok(_)) => return,
+            Ok(Err(e)) => last_error = format!("{url}: {e}"),
+            Err(_) => last_error = format!("{url}: timed out"),
+        }
+    }
+    eprintln!("could not delete the benchmark's keys under {prefix}: {last_error}");
 }

@@ -1,0 +1,189 @@
+//! The command line of `failover-bench` (clap derive), and its translation into a [`Plan`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::clients::ClientKind;
+use crate::plan::{Plan, Timing};
+use crate::scenario::Scenario;
+use crate::site::{External, Fault};
+use crate::workload::Load;
+
+/// etcd-ha against the etcd-client crate under the faults failover exists for, on real etcd
+/// clusters: by default fresh local 3-member clusters, one per trial; with `--endpoints`, your
+/// own cluster, hurt and healed by your commands.
+#[derive(Debug, Parser)]
+#[command(name = "failover-bench", version, about, long_about = None)]
+pub struct Args {
+    /// Scenarios to run, on local clusters [default: all]. Ignored with --endpoints.
+    #[arg(value_enum)]
+    pub scenarios: Vec<Scenario>,
+
+    /// Trials of every scenario at every load; the report gives median, p90 and max.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub trials: u32,
+
+    /// Clients run side by side in every trial (comma-separated) [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub clients: Vec<ClientKind>,
+
+    /// Calls in flight per client and loop: tasks sharing one client, each with one call at a
+    /// time (closed loop). A list runs every scenario at each, e.g. 1,16,256.
+    #[arg(long, value_delimiter = ',', default_value = "1",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: Vec<u32>,
+
+    /// Open loop instead: calls started per second per client and loop, whatever happens to
+    /// earlier calls.
+    #[arg(long, conflicts_with = "concurrency")]
+    pub rate: Option<f64>,
+
+    /// The caller's deadline on every call ("1s", "500ms"); a call still running then is
+    /// abandoned and counts as an error.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub deadline: Duration,
+
+    /// Fault window, from the fault to the end of the loops ("7s"); faults that are undone
+    /// are held for all of it but the last 3 s, which show the recovery. The default keeps
+    /// the default run (9 scenarios x 3 trials) near 5 minutes.
+    #[arg(long, default_value = "7s", value_parser = parse_duration)]
+    pub window: Duration,
+
+    /// Where the JSON, CSV, SVG timelines and Markdown report go.
+    #[arg(long, default_value = "target/failover-report")]
+    pub out: PathBuf,
+
+    /// What goes to stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+
+    /// Your own cluster's client URLs (comma-separated), instead of local clusters. Plain
+    /// http only; the benchmark's keys (under etcd-ha-bench/) are deleted after each trial.
+    #[arg(long, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+
+    /// Shell command run at the fault instant against --endpoints (with
+    /// $ETCD_HA_BENCH_LEADER and $ETCD_HA_BENCH_ENDPOINTS set); the clocks start when it exits.
+    #[arg(long, requires = "endpoints")]
+    pub fault_cmd: Option<String>,
+
+    /// Shell command run at the heal instant (the fault plus the hold); without it the fault
+    /// is taken to stay.
+    #[arg(long, requires = "fault_cmd")]
+    pub heal_cmd: Option<String>,
+}
+
+/// What the run prints on stdout; every file under --out is written whatever this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Plain-text tables, one per scenario and load.
+    Table,
+    /// The summaries as JSON (the raw samples are in the file only).
+    Json,
+    /// The Markdown report.
+    Markdown,
+}
+
+impl Args {
+    /// The plan these arguments ask for.
+    pub fn plan(&self) -> Plan {
+        let faults = if self.endpoints.is_empty() {
+            let scenarios = if self.scenarios.is_empty() {
+                Scenario::value_variants().to_vec()
+            } else {
+                dedup(&self.scenarios)
+            };
+            scenarios.into_iter().map(Fault::Local).collect()
+        } else {
+            vec![Fault::External(External {
+                endpoints: self.endpoints.clone(),
+                fault_cmd: self.fault_cmd.clone(),
+                heal_cmd: self.heal_cmd.clone(),
+            })]
+        };
+        let clients = if self.clients.is_empty() {
+            ClientKind::ALL.to_vec()
+        } else {
+            dedup(&self.clients)
+        };
+        let loads = match self.rate {
+            Some(rate) => vec![Load::Open { rate }],
+            None => dedup(&self.concurrency)
+                .into_iter()
+                .map(|c| Load::Closed {
+                    concurrency: c as usize,
+                })
+                .collect(),
+        };
+        Plan {
+            faults,
+            clients,
+            loads,
+            trials: self.trials as usize,
+            timing: Timing::new(self.window, self.deadline),
+        }
+    }
+}
+
+/// `items` without repeats, in first-seen order.
+fn dedup<T: PartialEq + Copy>(items: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for &item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// "1s", "1.5s", "500ms", or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as 1s or 500ms"))?;
+    if !(value > 0.0 && value.is_finite()) {
+        return Err(format!("`{text}` must be a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn defaults_are_every_scenario_and_client_once() {
+        let args = Args::parse_from(["failover-bench"]);
+        let plan = args.plan();
+        assert_eq!(plan.faults.len(), Scenario::value_variants().len());
+        assert_eq!(plan.clients, ClientKind::ALL.to_vec());
+        assert_eq!(plan.loads, vec![Load::Closed { concurrency: 1 }]);
+        assert_eq!(plan.trials, 3);
+    }
+
+    #[test]
+    fn rate_and_concurrency_exclude_each_other() {
+        let both = ["failover-bench", "--rate", "100", "--concurrency", "16"];
+        assert!(Args::try_parse_from(both).is_err());
+    }
+}

@@ -1,0 +1,336 @@
+//! The clients under test, behind one small interface: connect, put, linearizable get,
+//! serializable get, each reporting success or a short error kind.
+//!
+//! Four clients can run side by side in every trial:
+//!
+//! - `etcd-ha` with [`etcd_ha::Options::default`]: what this crate ships.
+//! - `etcd-client-default`: the `etcd-client` crate as `Client::connect(endpoints, None)`: no
+//!   request timeout, no connect timeout, no keepalive, no retry.
+//! - `etcd-client-tuned`: what a careful user of etcd-client configures (see [`tuned_options`]).
+//! - `etcd-client-tuned-retry`: the tuned client inside the retry loop a careful application
+//!   writes around it (see [`crate::retry`]).
+
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::Serialize;
+
+use tokio::time::Instant;
+
+use crate::lease::Kept;
+use crate::retry::{self, Op};
+use crate::watch::Watched;
+
+/// Which client, and so which key prefix its loops write under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientKind {
+    /// This crate with its default options.
+    EtcdHa,
+    /// The `etcd-client` crate with its default options.
+    EtcdClientDefault,
+    /// The `etcd-client` crate with keepalive, connect and request timeouts set.
+    EtcdClientTuned,
+    /// The tuned `etcd-client` inside an application's retry loop.
+    EtcdClientTunedRetry,
+}
+
+impl ClientKind {
+    /// Every client, in the order the report lists them.
+    pub const ALL: [ClientKind; 4] = [
+        ClientKind::EtcdHa,
+        ClientKind::EtcdClientDefault,
+        ClientKind::EtcdClientTuned,
+        ClientKind::EtcdClientTunedRetry,
+    ];
+
+    /// The name in the report and on the command line, also part of the client's key prefix.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientKind::EtcdHa => "etcd-ha",
+            ClientKind::EtcdClientDefault => "etcd-client-default",
+            ClientKind::EtcdClientTuned => "etcd-client-tuned",
+            ClientKind::EtcdClientTunedRetry => "etcd-client-tuned-retry",
+        }
+    }
+
+    /// How the client is configured, in words, for the report.
+    pub fn describe(self, deadline: Duration) -> String {
+        match self {
+            ClientKind::EtcdHa => "Options::default()".to_string(),
+            ClientKind::EtcdClientDefault => "ConnectOptions: none (the crate's defaults)".into(),
+            ClientKind::EtcdClientTuned => tuned_description(),
+            ClientKind::EtcdClientTunedRetry => format!(
+                "{}; plus {}",
+                tuned_description(),
+                retry::describe(retry::attempt_timeout(deadline))
+            ),
+        }
+    }
+}
+
+/// Connect timeout of the tuned etcd-client: 1 s, a LAN connect takes a millisecond.
+const TUNED_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Request timeout of the tuned etcd-client: 2 s, a few hundred times a healthy call. The
+/// bench's own per-call deadline (1 s unless `--deadline`) usually fires first, so this mostly
+/// bounds the calls the loops do not see (connection setup, the balancer's readiness wait).
+const TUNED_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Keepalive of the tuned etcd-client: 5 s is the shortest interval etcd's server accepts
+/// (`MinTime`; faster pings earn GOAWAY `too_many_pings`), 1 s for the ping's answer.
+const TUNED_KEEPALIVE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(1));
+
+/// The "careful user" options of etcd-client. `ConnectOptions::new()` turns on
+/// `keep_alive_while_idle`, which etcd answers with `too_many_pings` on idle connections
+/// (etcd-client #42), so it is turned off again.
+pub fn tuned_options() -> etcd_client::ConnectOptions {
+    etcd_client::ConnectOptions::new()
+        .with_keep_alive(TUNED_KEEPALIVE.0, TUNED_KEEPALIVE.1)
+        .with_keep_alive_while_idle(false)
+        .with_connect_timeout(TUNED_CONNECT_TIMEOUT)
+        .with_timeout(TUNED_REQUEST_TIMEOUT)
+}
+
+/// The settings of the tuned client, for the report.
+pub fn tuned_description() -> String {
+    format!(
+        "keepalive {}s/{}s (not while idle), connect timeout {}s, request timeout {}s",
+        TUNED_KEEPALIVE.0.as_secs(),
+        TUNED_KEEPALIVE.1.as_secs(),
+        TUNED_CONNECT_TIMEOUT.as_secs(),
+        TUNED_REQUEST_TIMEOUT.as_secs()
+    )
+}
+
+/// A connected client. Cheap to clone: clones share the connections, so every task of a loop
+/// gets its own clone of one client (etcd-client's KV calls take `&mut self`).
+#[derive(Clone)]
+pub enum BenchClient {
+    /// etcd-ha's KV service.
+    Ha(etcd_ha::Kv),
+    /// etcd-client's KV client, default or tuned, called once per call.
+    Baseline(Box<etcd_client::KvClient>),
+    /// The tuned etcd-client inside the application's retry loop.
+    Retrying {
+        /// The tuned KV client.
+        kv: Box<etcd_client::KvClient>,
+        /// The bound on one attempt, derived from the caller's deadline.
+        attempt_timeout: Duration,
+    },
+}
+
+/// A client's watch service, for the watch probe ([`crate::watch`]).
+#[derive(Clone)]
+pub enum WatchHandle {
+    /// etcd-ha's managed watch.
+    Ha(etcd_ha::Watch),
+    /// etcd-client's watch client; `resume` for the application's loop around it.
+    Ec {
+        /// The crate's watch client.
+        client: Box<etcd_client::WatchClient>,
+        /// True if the application creates the watch again after it ends.
+        resume: bool,
+    },
+}
+
+impl WatchHandle {
+    /// Watches `prefix` until `until`, sample times measured from `start`.
+    pub async fn watch(self, prefix: String, start: Instant, until: Instant) -> Watched {
+        match self {
+            WatchHandle::Ha(watch) => crate::watch::watch_ha(watch, prefix, start, until).await,
+            WatchHandle::Ec { client, resume } => {
+                crate::watch::watch_ec(*client, prefix, start, until, resume).await
+            }
+        }
+    }
+}
+
+/// A client's lease service, for the lease probe ([`crate::lease`]).
+#[derive(Clone)]
+pub enum LeaseHandle {
+    /// etcd-ha's keeper.
+    Ha(etcd_ha::Keeper),
+    /// etcd-client's lease client; `resume` for the application's loop around it.
+    Ec {
+        /// The crate's lease client.
+        client: Box<etcd_client::LeaseClient>,
+        /// True if the application opens the keep-alive stream again after it fails.
+        resume: bool,
+    },
+}
+
+impl LeaseHandle {
+    /// Grants a lease and keeps it until `until`, times measured from `start`.
+    pub async fn keep(self, start: Instant, until: Instant) -> Kept {
+        match self {
+            LeaseHandle::Ha(keeper) => crate::lease::keep_ha(keeper, start, until).await,
+            LeaseHandle::Ec { client, resume } => {
+                crate::lease::keep_ec(*client, start, until, resume).await
+            }
+        }
+    }
+}
+
+/// A connected client: its calls, and its watch and lease services.
+pub struct Connected {
+    /// The put and get calls.
+    pub client: BenchClient,
+    /// The watch service on the same connections.
+    pub watch: WatchHandle,
+    /// The lease service on the same connections.
+    pub lease: LeaseHandle,
+}
+
+/// What reached the caller when a call failed: a short, stable kind ("Timeout",
+/// "grpc Unavailable", ...) that the report counts.
+pub type ErrorKind = String;
+
+impl BenchClient {
+    /// Connects `kind` to `endpoints` and writes one marker key (`<prefix>marker`) so that the
+    /// connections are up before the warm-up starts. `deadline` is the caller's per-call bound.
+    pub async fn connect(
+        kind: ClientKind,
+        endpoints: &[String],
+        prefix: &str,
+        deadline: Duration,
+    ) -> Result<Connected, String> {
+        let (client, watch, lease) = match kind {
+            ClientKind::EtcdHa => {
+                let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
+                    .await
+                    .map_err(|e| format!("etcd-ha could not connect: {e}"))?;
+                let lease = LeaseHandle::Ha(client.keeper());
+                let watch = WatchHandle::Ha(client.watch());
+                (BenchClient::Ha(client.kv()), watch, lease)
+            }
+            ClientKind::EtcdClientDefault
+            | ClientKind::EtcdClientTuned
+            | ClientKind::EtcdClientTunedRetry => {
+                let options = (kind != ClientKind::EtcdClientDefault).then(tuned_options);
+                let client = etcd_client::Client::connect(endpoints, options)
+                    .await
+                    .map_err(|e| format!("etcd-client could not connect: {e}"))?;
+                let kv = Box::new(client.kv_client());
+                let resume = kind == ClientKind::EtcdClientTunedRetry;
+                let watch = WatchHandle::Ec {
+                    client: Box::new(client.watch_client()),
+                    resume,
+                };
+                let lease = LeaseHandle::Ec {
+                    client: Box::new(client.lease_client()),
+                    resume,
+                };
+                if resume {
+                    let attempt_timeout = retry::attempt_timeout(deadline);
+                    let client = BenchClient::Retrying {
+                        kv,
+                        attempt_timeout,
+                    };
+                    (client, watch, lease)
+                } else {
+                    (BenchClient::Baseline(kv), watch, lease)
+                }
+            }
+        };
+        let marker = format!("{prefix}marker");
+        client
+            .clone()
+            .put(marker.clone().into_bytes(), b"ready".to_vec())
+            .await
+            .map_err(|kind| format!("first put of {marker} failed: {kind}"))?;
+        Ok(Connected {
+            client,
+            watch,
+            lease,
+        })
+    }
+
+    /// Put `value` at `key`.
+    pub async fn put(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<(), ErrorKind> {
+        match self {
+            BenchClient::Ha(kv) => kv
+                .put(key, value, etcd_ha::PutOptions::new())
+                .await
+                .map(drop)
+                .map_err(|e| ha_kind(&e)),
+            BenchClient::Baseline(kv) => ec_put(kv, key, value).await.map_err(|e| ec_kind(&e)),
+            BenchClient::Retrying {
+                kv,
+                attempt_timeout,
+            } => {
+                let kv: &etcd_client::KvClient = kv;
+                let attempt = || ec_put(kv, key.clone(), value.clone());
+                retry::run(Op::Put, *attempt_timeout, attempt).await
+            }
+        }
+    }
+
+    /// Read `key`, linearizably (`serializable = false`) or from the member's local state.
+    pub async fn get(&mut self, key: Vec<u8>, serializable: bool) -> Result<(), ErrorKind> {
+        match self {
+            BenchClient::Ha(kv) => {
+                let mut options = etcd_ha::GetOptions::new();
+                if serializable {
+                    options = options.with_serializable();
+                }
+                kv.get(key, options)
+                    .await
+                    .map(drop)
+                    .map_err(|e| ha_kind(&e))
+            }
+            BenchClient::Baseline(kv) => {
+                ec_get(kv, key, serializable).await.map_err(|e| ec_kind(&e))
+            }
+            BenchClient::Retrying {
+                kv,
+                attempt_timeout,
+            } => {
+                let kv: &etcd_client::KvClient = kv;
+                let attempt = || ec_get(kv, key.clone(), serializable);
+                retry::run(Op::Get, *attempt_timeout, attempt).await
+            }
+        }
+    }
+}
+
+/// One put through etcd-client; the KV client is cloned so that attempts can be retried.
+async fn ec_put(
+    kv: &etcd_client::KvClient,
+    key: Vec<u8>,
+    value: Vec<u8>,
+) -> Result<(), etcd_client::Error> {
+    kv.clone().put(key, value, None).await.map(drop)
+}
+
+/// One get through etcd-client, serializable or linearizable.
+async fn ec_get(
+    kv: &etcd_client::KvClient,
+    key: Vec<u8>,
+    serializable: bool,
+) -> Result<(), etcd_client::Error> {
+    let options = serializable.then(|| etcd_client::GetOptions::new().with_serializable());
+    kv.clone().get(key, options).await.map(drop)
+}
+
+/// etcd-ha's error variant name ("Timeout", "Unavailable", "NoLeader", ...).
+fn ha_kind(error: &etcd_ha::Error) -> ErrorKind {
+    variant_name(&format!("{error:?}"))
+}
+
+/// etcd-client's error as "grpc <code>" for a status, else its variant name.
+pub fn ec_kind(error: &etcd_client::Error) -> ErrorKind {
+    match error {
+        etcd_client::Error::GRpcStatus(status) => format!("grpc {:?}", status.code()),
+        other => variant_name(&format!("{other:?}")),
+    }
+}
+
+/// The leading identifier of a `Debug` string: `Unavailable(Status { .. })` -> `Unavailable`.
+fn variant_name(debug: &str) -> String {
+    debug
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .next()
+        .unwrap_or("error")
+        .to_string()
+}

@@ -1,0 +1,55 @@
+//! The benchmarks of etcd-ha, as a crate of their own so that none of their dependencies (the
+//! etcd-client baseline, clap, serde, hdrhistogram, indicatif, plotters) reaches the library's
+//! users. Two binaries: `failover-bench` (the main job) and `overhead-bench` (steady state).
+//!
+//! ```text
+//! scripts/failover-bench                      # every scenario, 3 trials, ~5 min on 2 cores
+//! scripts/failover-bench leader-kill --trials 5 --concurrency 1,16,256
+//! scripts/failover-bench --endpoints http://a:2379,http://b:2379,http://c:2379 \
+//!     --fault-cmd 'ssh a systemctl kill etcd' --heal-cmd 'ssh a systemctl start etcd'
+//! ```
+//!
+//! # Layout
+//!
+//! ```text
+//! cli.rs          the command line (clap) and the plan it asks for
+//! plan.rs         timings, and the run: every fault x load x trial, in order
+//! site.rs         where a trial runs: a fresh local cluster, or the user's with shell hooks
+//! scenario.rs     the local faults: whom they hit, the script, how re-election is judged
+//! trial.rs        one trial end to end: clients, loops, fault, re-election clock, read-back
+//! clients.rs      the four clients behind one put/get interface
+//! retry.rs        the retry loop a careful application writes around etcd-client
+//! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
+//! election.rs     the cluster's own re-election time, from Status polls
+//! lease.rs        the lease probe: each client keeps a lease through the fault
+//! metrics.rs      one loop's samples -> throughput, gaps, errors, recovery, latency
+//! stats.rs        repeated trials -> median / p90 / max, merged latency histograms
+//! verify.rs       read-back of every put: lost, ambiguous, applied twice
+//! watch.rs        the watch probe: a neutral writer, each client's watch through the fault
+//! progress.rs     indicatif on a terminal, plain phase lines otherwise
+//! report/         the JSON (serde), CSV, SVG timelines (plotters), Markdown and tables
+//! bin/            failover-bench and overhead-bench
+//! ```
+//!
+//! The partition scenario needs network namespaces (root and `ip`); the blackhole scenario
+//! needs the testkit's `FaultProxy`. A scenario that cannot be set up is reported as such and
+//! the others still run.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod clients;
+pub mod election;
+pub mod lease;
+pub mod metrics;
+pub mod plan;
+pub mod progress;
+pub mod report;
+pub mod retry;
+pub mod scenario;
+pub mod site;
+pub mod stats;
+pub mod trial;
+pub mod verify;
+pub mod watch;
+pub mod workload;

@@ -1,0 +1,99 @@
+//! The CSV: one row per scenario, load, trial, client and loop, with every per-trial metric,
+//! for spreadsheets and scripts (the raw calls are in the JSON).
+
+use std::fmt::Write;
+
+use crate::report::Report;
+
+/// The header line.
+const HEADER: &str = "scenario,load,trial,etcd_version,reelection_ms,client,loop,calls,\
+ok_per_s_before,ok_per_s_during,during_over_before,first_success_ms,longest_gap_ms,\
+back_to_95_ms,errors,errors_in_window,error_kinds,\
+p50_before_ms,p99_before_ms,max_before_ms,p50_during_ms,p99_during_ms,max_during_ms,\
+p50_after_ms,p99_after_ms,max_after_ms,read_back_clean,errored_but_applied";
+
+/// An optional number, empty when absent.
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v:.3}"))
+}
+
+/// A text field, quoted when it holds a comma or a quote.
+fn text(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Renders the CSV of `report`.
+pub fn render(report: &Report) -> String {
+    let mut out = String::from(HEADER);
+    out.push('\n');
+    for run in &report.scenarios {
+        for t in &run.trials {
+            for c in &t.clients {
+                for l in &c.loops {
+                    let m = &l.metrics;
+                    let kinds: Vec<String> = m
+                        .error_kinds
+                        .iter()
+                        .map(|(k, n)| format!("{k}={n}"))
+                        .collect();
+                    let lat = &m.latency;
+                    let _ = writeln!(
+                        out,
+                        "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                        text(run.scenario),
+                        text(&run.load.label()),
+                        t.trial,
+                        text(&t.etcd_version),
+                        opt(t.reelection_ms),
+                        c.client.name(),
+                        l.kind.name(),
+                        m.calls,
+                        m.ok_per_s_before,
+                        m.ok_per_s_during,
+                        opt(m.during_over_before),
+                        opt(m.first_success_ms),
+                        m.longest_gap_ms,
+                        opt(m.back_to_95_ms),
+                        m.errors,
+                        m.errors_in_window,
+                        text(&kinds.join(";")),
+                        opt(lat.before.p50_ms),
+                        opt(lat.before.p99_ms),
+                        opt(lat.before.max_ms),
+                        opt(lat.during.p50_ms),
+                        opt(lat.during.p99_ms),
+                        opt(lat.during.max_ms),
+                        opt(lat.after.p50_ms),
+                        opt(lat.after.p99_ms),
+                        opt(lat.after.max_ms),
+                        c.read_back.is_clean(),
+                        c.read_back.errored_but_applied,
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_with_commas_are_quoted() {
+        assert_eq!(text("a,b"), "\"a,b\"");
+        assert_eq!(text("say \"hi\", x"), "\"say \"\"hi\"\", x\"");
+        assert_eq!(text("plain"), "plain");
+    }
+
+    #[test]
+    fn header_and_rows_have_the_same_width() {
+        let fields = HEADER.split(',').count();
+        assert_eq!(fields, 28);
+    }
+}
