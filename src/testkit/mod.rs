@@ -1,6 +1,6 @@
 //! Real etcd clusters for tests: start 1 or 3 members on 127.0.0.1, find the leader, inject faults.
 //!
-//! Enabled by the `testkit` feature. Used by this crate's `tests/` and `benches/`, and meant for
+//! Enabled by the `testkit` feature. Used by this crate's `tests/` and `bench/`, and meant for
 //! anyone who wants to test their own failover against real etcd processes rather than mocks:
 //! the faults that matter (a leader killed mid-request, a member frozen with its sockets open, a
 //! whole cluster restarted) only happen for real with real processes.
