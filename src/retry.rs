@@ -102,13 +102,31 @@ fn refused_before_doing_anything(error: &Error) -> bool {
     )
 }
 
-/// Whether a failed call never reached the server: tonic could not establish the connection
-/// (refused, unreachable, connect timeout), so no byte of the request was written.
+/// Whether a failed call was never processed by the server, so even a write may go again:
+///
+/// - tonic could not establish the connection (refused, unreachable, connect timeout): no byte
+///   of the request was written;
+/// - hyper canceled the request before handing it to the connection ("connection closed" while
+///   it was queued: the member closed the connection, e.g. stopping);
+/// - the server refused the stream (HTTP/2 `REFUSED_STREAM`, which RFC 9113 section 8.7 says
+///   means no application processing happened), or announced with `GOAWAY` that it will not
+///   process streams above its last stream id, this one among them (section 6.8).
 pub(crate) fn never_sent(status: &tonic::Status) -> bool {
     use std::error::Error as _;
     let mut source = status.source();
     while let Some(e) = source {
         if e.is::<tonic::ConnectError>() {
+            return true;
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && h.is_canceled()
+        {
+            return true;
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && h2.is_remote()
+            && (h2.reason() == Some(h2::Reason::REFUSED_STREAM) || h2.is_go_away())
+        {
             return true;
         }
         source = e.source();
