@@ -22,6 +22,7 @@ use tonic::{Code, Status};
 use tower::{BoxError, Service, ServiceExt};
 
 use crate::call::{Target, Transport, wants_login};
+use crate::endpoint::InFlight;
 use crate::error::Error;
 use crate::rpc::{Route, Rpc};
 
@@ -137,6 +138,7 @@ async fn route(
     // client's own timer); a caller that gives up earlier, or drops the call, blames nobody.
     let prompt = rpc.is_some_and(|r| !r.holds_open());
     let started = Instant::now();
+    let counted = InFlight::start(&ep);
     let call = ep.channel.clone().oneshot(request);
     tokio::pin!(call);
     let late = tokio::time::sleep(transport.options.attempt_timeout);
@@ -149,6 +151,7 @@ async fn route(
         }
         transport.learn(&ep, &Error::Timeout);
     };
+    drop(counted);
 
     let response = match result {
         Ok(response) => response,

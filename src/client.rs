@@ -270,6 +270,11 @@ impl Client {
         self.transport.infos()
     }
 
+    /// The shared transport (for the operations written outside this file, like draining).
+    pub(crate) fn transport(&self) -> &Arc<Transport> {
+        &self.transport
+    }
+
     /// Wakes on every endpoint health transition (for the recipes' unavailability bound).
     pub(crate) fn health_changes(&self) -> tokio::sync::watch::Receiver<()> {
         self.transport.health_changes()

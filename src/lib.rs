@@ -27,6 +27,7 @@
 //!                 (streams.rs), member sync (members.rs)
 //! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
 //! events.rs       EndpointEvents: health, leader and membership transitions as a stream
+//! drain.rs        Client::drain / undrain: a member made safe to stop (planned maintenance)
 //! token.rs        the auth token, renewed once for all concurrent callers
 //! stream.rs       ResponseStream: server streams with typed errors
 //! metrics.rs      counters through the `metrics` facade (feature "metrics")
@@ -102,6 +103,7 @@ mod channel;
 mod client;
 mod cluster;
 pub mod concurrency;
+mod drain;
 mod election;
 mod endpoint;
 mod error;

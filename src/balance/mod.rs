@@ -290,14 +290,21 @@ impl Balancer {
         if endpoints.is_empty() {
             return None;
         }
+        // Drained members take no new calls while any other member can.
+        let open: Vec<&Arc<Endpoint>> = endpoints.iter().filter(|e| !e.is_draining()).collect();
+        let pool: Vec<&Arc<Endpoint>> = if open.is_empty() {
+            endpoints.iter().collect()
+        } else {
+            open
+        };
         let leader = self.leader_id();
-        let candidates: Vec<Candidate> = endpoints.iter().map(|e| e.candidate(leader)).collect();
-        let tried: Vec<bool> = endpoints
+        let candidates: Vec<Candidate> = pool.iter().map(|e| e.candidate(leader)).collect();
+        let tried: Vec<bool> = pool
             .iter()
             .map(|e| tried.iter().any(|t| **t == *e.url))
             .collect();
         let index = self.policy.pick(route, &candidates, &tried);
-        endpoints.get(index.min(endpoints.len() - 1)).cloned()
+        pool.get(index.min(pool.len() - 1)).map(|e| (*e).clone())
     }
 
     /// The endpoint with this normalised URL, if it is in the set.

@@ -13,7 +13,7 @@ use tonic::Request;
 
 use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
 use super::{Call, Conn, Target, Transport, wants_login};
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, InFlight};
 use crate::error::{Error, Result};
 use crate::retry::never_sent;
 use crate::rpc::Route;
@@ -131,8 +131,10 @@ impl Transport {
             }
             let fut = call(self.conn(&ep), request);
             let started = Instant::now();
+            let counted = InFlight::start(&ep);
             async move {
                 let result = fut.await;
+                drop(counted);
                 Answer {
                     id,
                     ep,

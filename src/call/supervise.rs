@@ -127,7 +127,8 @@ impl Supervisor {
     /// Whether the stream should leave its member for another: the probers or other requests
     /// found it dead, frozen or cut off (ejected) before the stream's own silence limit did,
     /// and some other member is not; or, for a require-leader stream, its member lost its
-    /// leader (etcd would cancel the stream within about 3 s anyway) while another has one.
+    /// leader (etcd would cancel the stream within about 3 s anyway) while another has one; or
+    /// the operator drains it.
     pub(crate) fn better_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
         let Some(transport) = self.transport.upgrade() else {
             return false;
@@ -136,13 +137,15 @@ impl Supervisor {
         let wanted: fn(HealthState) -> bool = match endpoint.state() {
             HealthState::Ejected => |s| s != HealthState::Ejected,
             HealthState::NoLeader if require_leader => |s| s == HealthState::Healthy,
+            // Drained by the operator: any member that is not ejected will do.
+            _ if endpoint.is_draining() => |s| s != HealthState::Ejected,
             _ => return false,
         };
         transport
             .balancer
             .endpoints()
             .iter()
-            .any(|e| !Arc::ptr_eq(e, endpoint) && wanted(e.state()))
+            .any(|e| !Arc::ptr_eq(e, endpoint) && !e.is_draining() && wanted(e.state()))
     }
 }
 

@@ -10,7 +10,7 @@ pub(crate) mod prober;
 pub(crate) mod sync;
 mod url;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,6 +76,28 @@ pub(crate) struct Endpoint {
     /// Answers this member owed past the client's own timers since its last success (see
     /// [`Endpoint::strike`]).
     strikes: AtomicU32,
+    /// Drained by the operator (see `Client::drain`): no new calls or streams while another
+    /// member can take them.
+    draining: AtomicBool,
+    /// Attempts of typed calls and balanced-channel requests now waiting on this member.
+    in_flight: AtomicUsize,
+}
+
+/// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
+pub(crate) struct InFlight(Arc<Endpoint>);
+
+impl InFlight {
+    /// An attempt to `ep` starts.
+    pub(crate) fn start(ep: &Arc<Endpoint>) -> Self {
+        ep.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(ep.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Tells the client's long-lived streams that some endpoint's health changed (the value is
@@ -107,6 +129,8 @@ impl Endpoint {
             cancel,
             changes,
             strikes: AtomicU32::new(0),
+            draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -169,6 +193,24 @@ impl Endpoint {
             .saturating_add(1)
     }
 
+    /// Whether the operator drains this member.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Start or end draining; the long-lived streams hear of it like a health change.
+    pub(crate) fn set_draining(&self, draining: bool) {
+        if self.draining.swap(draining, Ordering::Relaxed) != draining {
+            tracing::info!(endpoint = %self.url, draining, "endpoint drain changed");
+            self.changes.send_replace(());
+        }
+    }
+
+    /// Attempts now waiting on this member.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
         self.with_health(|h| h.on_probe_ok(has_leader, latency, Instant::now()));
     }
@@ -224,6 +266,8 @@ impl Endpoint {
                 latency: h.latency(),
                 last_error: h.last_error().map(str::to_owned),
                 since: h.since().into_std(),
+                draining: self.is_draining(),
+                in_flight: self.in_flight(),
             }
         })
     }
@@ -256,6 +300,10 @@ pub struct EndpointInfo {
     pub last_error: Option<String>,
     /// When it entered its current health state.
     pub since: std::time::Instant,
+    /// Whether the operator drains it ([`Client::drain`](crate::Client::drain)).
+    pub draining: bool,
+    /// Calls now waiting on it.
+    pub in_flight: usize,
 }
 
 /// What a policy sees of one endpoint.

@@ -166,6 +166,18 @@ impl Watch {
         self.hub.get().map_or(0, |hub| hub.streams_opened())
     }
 
+    /// The URL of the member whose stream carries this client's managed watches now (`None`
+    /// before the first managed watch, or between streams).
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// println!("watches go to {:?}", client.watch().stream_endpoint());
+    /// # }
+    /// ```
+    pub fn stream_endpoint(&self) -> Option<String> {
+        self.hub.get().and_then(Hub::endpoint)
+    }
+
     /// Open a raw watch stream with a first watch on `key`. More watches can share the stream
     /// through the returned [`Watcher`]. The stream does not reconnect or resume by itself;
     /// see [`watch`](Self::watch) for one that does.
