@@ -24,6 +24,7 @@ use tower::{BoxError, Service, ServiceExt};
 use crate::call::{Target, Transport, wants_login};
 use crate::endpoint::InFlight;
 use crate::error::Error;
+use crate::retry::never_sent;
 use crate::rpc::{Route, Rpc};
 
 /// The client's endpoints as one tower [`Service`] of gRPC requests, for etcd's generated
@@ -161,7 +162,18 @@ async fn route(
                 source: Status::unavailable(err.to_string()),
             };
             transport.learn(&ep, &failure);
-            return Err(err.into());
+            let status = Status::from_error(err.into());
+            if never_sent(&status) {
+                // Say so plainly: this channel sends a body once, but the caller may send the
+                // request again, even a write (the member never saw it).
+                let message = format!(
+                    "request not sent to {} ({}); safe to send again",
+                    ep.url,
+                    status.message()
+                );
+                return Err(Status::unavailable(message).into());
+            }
+            return Err(status.into());
         }
     };
     // etcd answers a failed unary call with a trailers-only response: the status is in the
