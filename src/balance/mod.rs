@@ -290,12 +290,19 @@ impl Balancer {
         if endpoints.is_empty() {
             return None;
         }
-        // Drained members take no new calls while any other member can.
-        let open: Vec<&Arc<Endpoint>> = endpoints.iter().filter(|e| !e.is_draining()).collect();
-        let pool: Vec<&Arc<Endpoint>> = if open.is_empty() {
-            endpoints.iter().collect()
+        // Drained members take no new calls while any other member can. Nothing drains almost
+        // always: only then is a filtered copy of the set made.
+        let drained = endpoints.iter().any(|e| e.is_draining());
+        let open: Vec<Arc<Endpoint>>;
+        let pool: &[Arc<Endpoint>] = if drained && !endpoints.iter().all(|e| e.is_draining()) {
+            open = endpoints
+                .iter()
+                .filter(|e| !e.is_draining())
+                .cloned()
+                .collect();
+            &open
         } else {
-            open
+            &endpoints
         };
         let leader = self.leader_id();
         let candidates: Vec<Candidate> = pool.iter().map(|e| e.candidate(leader)).collect();
@@ -304,7 +311,7 @@ impl Balancer {
             .map(|e| tried.iter().any(|t| **t == *e.url))
             .collect();
         let index = self.policy.pick(route, &candidates, &tried);
-        pool.get(index.min(pool.len() - 1)).map(|e| (*e).clone())
+        pool.get(index.min(pool.len() - 1)).cloned()
     }
 
     /// The endpoint with this normalised URL, if it is in the set.
