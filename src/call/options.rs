@@ -41,7 +41,11 @@ macro_rules! call_option_methods {
         /// ```no_run
         /// # async fn demo(client: etcd_ha::Client) {
         /// use std::time::Duration;
-        #[doc = concat!("let handle = client.", $getter, "().with_timeout(Duration::from_millis(200));")]
+        #[doc = concat!(
+            "let handle = client.",
+            $getter,
+            "().with_timeout(Duration::from_millis(200));"
+        )]
         /// # }
         /// ```
         pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {

@@ -621,7 +621,10 @@ const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
 /// True if a member exited because one of its ports was in use.
 pub(crate) fn is_port_taken(error: &TestkitError) -> bool {
-    matches!(error, TestkitError::MemberExited { log_tail, .. } if log_tail.contains("address already in use"))
+    match error {
+        TestkitError::MemberExited { log_tail, .. } => log_tail.contains("address already in use"),
+        _ => false,
+    }
 }
 
 impl Drop for Cluster {
