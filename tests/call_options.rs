@@ -64,9 +64,16 @@ async fn routing_overrides_the_rpc_table() {
         .put(key.as_str(), "v", PutOptions::new())
         .await
         .unwrap();
-    // Wait until the client knows the leader.
+    // Wait until the client knows the leader and every member is healthy (a leader still in
+    // probation is rightly passed over for a healthy follower, which forwards).
     let leader = loop {
-        if let Some(e) = client.endpoints().into_iter().find(|e| e.is_leader) {
+        let endpoints = client.endpoints();
+        let all_healthy = endpoints
+            .iter()
+            .all(|e| e.health == etcd_ha::HealthState::Healthy);
+        if let Some(e) = endpoints.iter().find(|e| e.is_leader)
+            && all_healthy
+        {
             break e.member_id.unwrap();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

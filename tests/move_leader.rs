@@ -7,27 +7,16 @@ mod support;
 
 use std::time::Duration;
 
-use etcd_ha::Client;
+use etcd_ha::testkit::Cluster;
 use support::writers::Writers;
 
-/// The client's current leader endpoint and the member id of another member.
-async fn leader_and_target(client: &Client) -> (String, u64) {
-    for _ in 0..250 {
-        let endpoints = client.endpoints();
-        if let Some(leader) = endpoints.iter().find(|e| e.is_leader)
-            && let Some(target) = endpoints
-                .iter()
-                .filter(|e| !e.is_leader)
-                .find_map(|e| e.member_id)
-        {
-            return (leader.url.clone(), target);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!(
-        "the client never learned the leader: {:?}",
-        client.endpoints()
-    );
+/// The current leader's endpoint (as the cluster itself says) and the member id of another
+/// member to hand leadership to.
+async fn leader_and_target(cluster: &Cluster) -> (String, u64) {
+    let leader = cluster.leader(support::READY).await.expect("a leader");
+    let other = (0..cluster.len()).find(|&i| i != leader).unwrap();
+    let target = cluster.member_id(other).await.expect("member id");
+    (cluster.endpoint(leader), target)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,7 +27,7 @@ async fn leader_transfers_under_traffic_reach_no_caller() {
     let writers = Writers::start(&client, 4, Duration::from_secs(1));
     tokio::time::sleep(Duration::from_millis(500)).await;
     for _ in 0..4 {
-        let (leader, target) = leader_and_target(&client).await;
+        let (leader, target) = leader_and_target(&cluster).await;
         client
             .maintenance()
             .on(&leader)
