@@ -426,6 +426,11 @@ impl ClusterBuilder {
                     args.push("--client-cert-auth".into());
                 }
             }
+            // Pre-vote is 3.5's default and off in 3.4: without it, a member that rejoins after
+            // a partition (its term raised by its lone campaigns) deposes the working leader, a
+            // leaderless second or two that says nothing about the client. Same on both.
+            args.push("--pre-vote=true".into());
+            // The caller's own flags last: they win over ours.
             args.extend(self.extra_args.iter().cloned());
             members.push(Member::new(
                 name.clone(),
