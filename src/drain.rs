@@ -102,7 +102,12 @@ impl Client {
             .min_by_key(|e| e.info(0).latency.unwrap_or(Duration::MAX))
             .map(|e| e.raft().member_id)
             .ok_or(Error::NoEndpoints)?;
-        tracing::info!(endpoint = %ep.url, to = %format!("{target:x}"), "drain: moving leadership");
+        let to = format!("{target:x}");
+        tracing::info!(endpoint = %ep.url, %to, "drain: moving leadership");
+        // From now on leader-bound calls wait for the new leader: the old one drops the
+        // proposals that followers forward to it while it hands over (they would hang until
+        // their deadline), and answers its own with `raft proposal dropped` (resent).
+        transport.balancer.leader_moving(ep.raft().member_id);
         self.maintenance().on(&ep.url)?.move_leader(target).await?;
         let mut view = transport.balancer.leader_changes();
         let until = Instant::now() + MOVE_LIMIT;

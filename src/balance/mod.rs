@@ -214,12 +214,27 @@ impl Balancer {
         }
     }
 
+    /// Leadership is about to move away from `member_id` (a drain): leader-bound calls wait
+    /// for the new leader instead of going through followers that would forward to the old one.
+    pub(crate) fn leader_moving(&self, member_id: u64) {
+        self.leader.forget(member_id, Instant::now());
+    }
+
     /// When we lost the leader, if that outage is still on: no other leader has been seen since
     /// and the lost one is not healthy again. Ends the outage (and wakes its waiters) when the
     /// evidence says it is over.
     pub(crate) fn leader_outage(&self) -> Option<Instant> {
         let (lost_id, since) = self.leader.get().lost?;
         let endpoints = self.endpoints();
+        // A leader handing over for a drain is healthy and serves reads until the transfer
+        // ends, but drops the proposals followers forward to it: only a new leader ends that
+        // outage (`LeaderCell::observe`).
+        if endpoints
+            .iter()
+            .any(|e| e.raft().member_id == lost_id && e.is_draining())
+        {
+            return Some(since);
+        }
         // A member served a linearizable read that started after we lost the leader: the
         // cluster's leader is alive and reachable through it (only our link to the leader
         // broke), so calls can go through followers now. Or the same member leads again and
