@@ -1,0 +1,1 @@
+//! The checkers: each judges one property of a recorded [`History`](super::history::History).

@@ -1,0 +1,308 @@
+//! The recorded history of one robustness run: every operation with its invoke and return time,
+//! every watch delivery, lease belief, leadership hold and fault, and the ground truth the
+//! checkers judge them against.
+//!
+//! Why this shape: it mirrors what etcd's robustness suite records (`model/history.go`,
+//! `client/watch.go`). Times are nanoseconds since the run's one monotonic base instant, so the
+//! real-time order of any two records on this machine is known. Every put writes a value no
+//! other put writes, so the ground truth tells "applied once", "applied twice" and "not
+//! applied" apart. The whole history serializes to JSON: a failing seed leaves it on disk, and
+//! the checker self-tests plant bugs into a saved one.
+
+use serde::{Deserialize, Serialize};
+
+/// Nanoseconds since the run started.
+pub type Nanos = u64;
+
+/// Everything one seed recorded.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct History {
+    /// The seed the workload and the fault schedule were drawn from.
+    pub seed: u64,
+    /// The etcd version the cluster ran.
+    pub etcd_version: String,
+    /// The key prefix every workload key lives under (`<prefix>kv/<n>`, `<prefix>lease/...`,
+    /// `<prefix>elect/...`).
+    pub prefix: String,
+    /// KV operations of the workload's logical processes, in invoke order.
+    pub ops: Vec<Op>,
+    /// The managed watches the workload ran, with what they delivered to the caller.
+    pub watches: Vec<WatchLog>,
+    /// Leases kept by the workload, with what their holder believed.
+    pub leases: Vec<LeaseLog>,
+    /// Election, mutex and leadership holds.
+    pub holds: Vec<HoldLog>,
+    /// The ground truth: every event of the cluster's keyspace under `prefix`, in revision order
+    /// (one entry per key changed; a txn changing two keys gives two entries of one revision),
+    /// from watch collectors connected to the members directly, not through the fault proxies.
+    pub truth: Vec<TruthEvent>,
+    /// The cluster's revision when the workload started (every truth event is above it).
+    pub start_revision: i64,
+    /// The faults injected, in order.
+    pub faults: Vec<FaultLog>,
+    /// When the workload stopped (the end of every interval still open then).
+    pub end: Nanos,
+}
+
+/// One KV operation of one logical process. A process runs one operation at a time, so two
+/// operations of the same process never overlap.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Op {
+    /// Unique in the history.
+    pub id: u64,
+    /// The logical process that ran it (sequential).
+    pub process: u32,
+    /// Which `Client` it went through.
+    pub client: u32,
+    /// When the call was made.
+    pub invoke: Nanos,
+    /// When it returned; for an `Unknown` outcome this is when the error came back, but the
+    /// operation may take effect at any time after `invoke` (linearizability treats its
+    /// return as infinitely late).
+    pub ret: Nanos,
+    pub request: Request,
+    pub outcome: Outcome,
+}
+
+/// What was asked.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Request {
+    /// Put a value no other put writes, optionally attached to a lease.
+    Put { key: String, value: String, lease: Option<i64> },
+    /// Delete one key.
+    Delete { key: String },
+    /// Read one key; `serializable` reads may be answered by any member at any revision it has.
+    Get { key: String, serializable: bool },
+    /// Txn: if the key's value equals `expect` (`None`: the key does not exist) then put `value`,
+    /// else read the key.
+    Cas { key: String, expect: Option<String>, value: String },
+    /// A write made as holder `hold` (an index into `History::holds`): a txn that puts `value`
+    /// at `key` only if the holder's own key still has the create revision it won with.
+    FencedPut { key: String, value: String, hold: usize },
+}
+
+impl Request {
+    /// The key the operation reads or writes.
+    pub fn key(&self) -> &str {
+        match self {
+            Request::Put { key, .. }
+            | Request::Delete { key }
+            | Request::Get { key, .. }
+            | Request::Cas { key, .. }
+            | Request::FencedPut { key, .. } => key,
+        }
+    }
+
+    /// The unique value it writes, if it writes one.
+    pub fn written_value(&self) -> Option<&str> {
+        match self {
+            Request::Put { value, .. }
+            | Request::Cas { value, .. }
+            | Request::FencedPut { value, .. } => Some(value),
+            Request::Delete { .. } | Request::Get { .. } => None,
+        }
+    }
+
+    /// Whether it may change the keyspace.
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Request::Get { .. })
+    }
+}
+
+/// How it ended, classified as Jepsen's `definite?` does.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Outcome {
+    /// It worked; the answer.
+    Ok(Response),
+    /// It failed and was definitely not applied (the client or etcd refused it before
+    /// proposing anything).
+    Fail { error: String },
+    /// It failed and may or may not have been applied (timeout, connection lost after sending).
+    Unknown { error: String },
+}
+
+/// The answer to a successful operation. `revision` is the response header's revision.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Response {
+    Put { revision: i64 },
+    Delete { revision: i64, deleted: i64 },
+    /// `value` is `None` when the key does not exist; `mod_revision` is 0 then.
+    Get { revision: i64, value: Option<String>, mod_revision: i64 },
+    /// `value`: on failure, what the else branch read (`None`: no key).
+    Cas { revision: i64, succeeded: bool, value: Option<String> },
+    Fenced { revision: i64, succeeded: bool },
+}
+
+impl Response {
+    /// The response header's revision.
+    pub fn revision(&self) -> i64 {
+        match self {
+            Response::Put { revision }
+            | Response::Delete { revision, .. }
+            | Response::Get { revision, .. }
+            | Response::Cas { revision, .. }
+            | Response::Fenced { revision, .. } => *revision,
+        }
+    }
+}
+
+/// One key changed at one revision, as the members' own watch streams reported it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TruthEvent {
+    pub revision: i64,
+    pub key: String,
+    pub kind: EventKind,
+    /// The new value (`None` for a delete).
+    pub value: Option<String>,
+    /// 0 for a delete.
+    pub create_revision: i64,
+    /// 0 for a delete.
+    pub version: i64,
+    /// The lease the key is attached to (0: none).
+    pub lease: i64,
+    /// When the first collector received it: the change happened at or before this time.
+    pub seen_at: Nanos,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One managed watch on a prefix.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct WatchLog {
+    /// Unique in the history.
+    pub id: u32,
+    pub client: u32,
+    /// The watched prefix.
+    pub prefix: String,
+    /// Whether the watch asked for previous key-values.
+    pub prev_kv: bool,
+    /// The start revision asked for; 0: from now.
+    pub start_revision: i64,
+    /// For a watch from now: the revision of the creation answer (events start above it).
+    /// `None` when the creation never answered.
+    pub created_revision: Option<i64>,
+    pub created_at: Nanos,
+    /// Everything delivered to the caller, in order.
+    pub deliveries: Vec<Delivery>,
+    /// How it ended (`None`: still running when the workload stopped).
+    pub ended: Option<WatchEnd>,
+}
+
+/// One batch the managed watch gave its caller.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Delivery {
+    pub at: Nanos,
+    pub batch: Batch,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Batch {
+    /// Events, all of them (the whole of every revision in it), up to `revision`.
+    Events { revision: i64, events: Vec<WatchEvent> },
+    /// Nothing else changed in the range up to `revision` (a progress notification).
+    Progress { revision: i64 },
+    /// History up to `compact_revision` was compacted away; the watch ends.
+    Compacted { compact_revision: i64 },
+    /// The history was compacted; the watch re-read its range at `revision` (`keys` with their
+    /// values) and continues above it.
+    Reloaded { revision: i64, keys: Vec<(String, String)> },
+}
+
+/// One event as delivered.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WatchEvent {
+    /// The event's revision (the key's mod revision; for a delete, the delete's revision).
+    pub revision: i64,
+    pub key: String,
+    pub kind: EventKind,
+    pub value: Option<String>,
+    pub create_revision: i64,
+    pub version: i64,
+    /// The previous value when the watch asked for it; `None` if absent (no key before, or
+    /// compacted).
+    pub prev_value: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum WatchEnd {
+    /// The workload cancelled it (it may then start a new watch from the revision it reached:
+    /// that one has `start_revision` set).
+    Cancelled { at: Nanos },
+    /// It ended with an error.
+    Error { at: Nanos, error: String },
+}
+
+/// A lease kept alive by the workload, with the keys put under it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LeaseLog {
+    pub lease: i64,
+    pub client: u32,
+    pub ttl_ms: u64,
+    pub granted_at: Nanos,
+    /// Keys put under the lease (their puts are ops too).
+    pub keys: Vec<String>,
+    /// Samples of the holder's belief: at `at`, the keeper said the lease lives until `until`
+    /// (its conservative deadline, computed from when the last renewal was sent).
+    pub beliefs: Vec<Belief>,
+    /// When `lost()` fired, if it did.
+    pub lost_at: Option<Nanos>,
+    /// When the workload started revoking it on purpose (its keys vanish then, legitimately).
+    pub revoked_at: Option<Nanos>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Belief {
+    pub at: Nanos,
+    pub until: Nanos,
+}
+
+/// One time a contender held an election, a mutex or a leadership.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HoldLog {
+    pub kind: HoldKind,
+    /// The election / mutex name or the leadership key: holds of one name must not overlap.
+    pub name: String,
+    /// The contender (unique per contender task).
+    pub contender: u32,
+    /// The holder's own key and its create revision (the fence).
+    pub key: String,
+    pub create_revision: i64,
+    /// When campaign / lock / acquire returned.
+    pub acquired_at: Nanos,
+    /// When the holder stopped believing it holds: it resigned or unlocked (the call was
+    /// made), or it was told it lost. `None`: still held when the workload stopped.
+    pub released_at: Option<Nanos>,
+    /// Why it ended.
+    pub release: Option<Release>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum HoldKind {
+    Election,
+    Mutex,
+    Leadership,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Release {
+    /// The holder gave it up (resign / unlock).
+    Resigned,
+    /// The client said it was lost (session or lease lost, key gone, etcd unavailable too long).
+    Lost,
+}
+
+/// One fault: what was done and when it started and ended.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FaultLog {
+    pub kind: String,
+    /// Which member(s), if any.
+    pub member: Option<usize>,
+    pub start: Nanos,
+    pub end: Nanos,
+    /// Anything else worth printing (e.g. the compaction revision).
+    pub detail: String,
+}
