@@ -114,6 +114,8 @@ mod lease;
 mod lock;
 mod maintenance;
 mod metrics;
+#[cfg(feature = "mutants")]
+mod mutants;
 mod options;
 pub mod proto;
 mod redact;

@@ -80,6 +80,10 @@ impl RetryPolicy {
         if never_sent || refused_before_doing_anything(error) {
             return Decision::Retry;
         }
+        #[cfg(feature = "mutants")]
+        if crate::mutants::resend_ambiguous() && error.is_retryable() {
+            return Decision::Retry;
+        }
         match rpc.idempotency() {
             Idempotency::Repeatable if error.is_retryable() => Decision::Retry,
             _ => Decision::Stop,

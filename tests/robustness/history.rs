@@ -68,17 +68,29 @@ pub struct Op {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Request {
     /// Put a value no other put writes, optionally attached to a lease.
-    Put { key: String, value: String, lease: Option<i64> },
+    Put {
+        key: String,
+        value: String,
+        lease: Option<i64>,
+    },
     /// Delete one key.
     Delete { key: String },
     /// Read one key; `serializable` reads may be answered by any member at any revision it has.
     Get { key: String, serializable: bool },
     /// Txn: if the key's value equals `expect` (`None`: the key does not exist) then put `value`,
     /// else read the key.
-    Cas { key: String, expect: Option<String>, value: String },
+    Cas {
+        key: String,
+        expect: Option<String>,
+        value: String,
+    },
     /// A write made as holder `hold` (an index into `History::holds`): a txn that puts `value`
     /// at `key` only if the holder's own key still has the create revision it won with.
-    FencedPut { key: String, value: String, hold: usize },
+    FencedPut {
+        key: String,
+        value: String,
+        hold: usize,
+    },
 }
 
 impl Request {
@@ -124,13 +136,29 @@ pub enum Outcome {
 /// The answer to a successful operation. `revision` is the response header's revision.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Response {
-    Put { revision: i64 },
-    Delete { revision: i64, deleted: i64 },
+    Put {
+        revision: i64,
+    },
+    Delete {
+        revision: i64,
+        deleted: i64,
+    },
     /// `value` is `None` when the key does not exist; `mod_revision` is 0 then.
-    Get { revision: i64, value: Option<String>, mod_revision: i64 },
+    Get {
+        revision: i64,
+        value: Option<String>,
+        mod_revision: i64,
+    },
     /// `value`: on failure, what the else branch read (`None`: no key).
-    Cas { revision: i64, succeeded: bool, value: Option<String> },
-    Fenced { revision: i64, succeeded: bool },
+    Cas {
+        revision: i64,
+        succeeded: bool,
+        value: Option<String>,
+    },
+    Fenced {
+        revision: i64,
+        succeeded: bool,
+    },
 }
 
 impl Response {
@@ -202,14 +230,20 @@ pub struct Delivery {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Batch {
     /// Events, all of them (the whole of every revision in it), up to `revision`.
-    Events { revision: i64, events: Vec<WatchEvent> },
+    Events {
+        revision: i64,
+        events: Vec<WatchEvent>,
+    },
     /// Nothing else changed in the range up to `revision` (a progress notification).
     Progress { revision: i64 },
     /// History up to `compact_revision` was compacted away; the watch ends.
     Compacted { compact_revision: i64 },
     /// The history was compacted; the watch re-read its range at `revision` (`keys` with their
     /// values) and continues above it.
-    Reloaded { revision: i64, keys: Vec<(String, String)> },
+    Reloaded {
+        revision: i64,
+        keys: Vec<(String, String)>,
+    },
 }
 
 /// One event as delivered.

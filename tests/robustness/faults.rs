@@ -1,0 +1,249 @@
+//! The fault scheduler: random faults, one at a time, drawn from the seed, each healed before
+//! the next: SIGKILL + restart, SIGSTOP/SIGCONT, client-link blackhole and reset (the fault
+//! proxy), peer partition (network namespaces), restart of every member, compaction,
+//! defragment, MoveLeader, member add/remove, and auth token invalidation.
+
+use std::time::Duration;
+
+use etcd_ha::Client;
+use etcd_ha::testkit::{Cluster, FaultProxy, Mode};
+
+use crate::history::FaultLog;
+use crate::record::Recorder;
+use crate::support::members::{peer_url, settled};
+use crate::truth::Collectors;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    KillLeader,
+    KillFollower,
+    FreezeLeader,
+    FreezeFollower,
+    BlackholeLeaderLink,
+    ResetLeaderLink,
+    BlackholeFollowerLink,
+    PartitionLeader,
+    PartitionFollower,
+    RestartAll,
+    Compact,
+    Defragment,
+    MoveLeader,
+    AddRemoveMember,
+    InvalidateTokens,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 15] = [
+        Fault::KillLeader,
+        Fault::KillFollower,
+        Fault::FreezeLeader,
+        Fault::FreezeFollower,
+        Fault::BlackholeLeaderLink,
+        Fault::ResetLeaderLink,
+        Fault::BlackholeFollowerLink,
+        Fault::PartitionLeader,
+        Fault::PartitionFollower,
+        Fault::RestartAll,
+        Fault::Compact,
+        Fault::Defragment,
+        Fault::MoveLeader,
+        Fault::AddRemoveMember,
+        Fault::InvalidateTokens,
+    ];
+}
+
+/// What the scheduler acts on.
+pub struct Target<'a> {
+    pub cluster: &'a mut Cluster,
+    pub proxies: &'a [FaultProxy],
+    /// Connected to the members directly (not through the proxies).
+    pub admin: &'a Client,
+    pub collectors: &'a Collectors,
+    pub recorder: &'a Recorder,
+    /// Root user and password when auth is on.
+    pub auth: Option<(String, String)>,
+}
+
+/// Inject random faults for `duration`; the log of what was done.
+pub async fn run(
+    target: &mut Target<'_>,
+    rng: &mut fastrand::Rng,
+    duration: Duration,
+) -> Vec<FaultLog> {
+    let until = tokio::time::Instant::now() + duration;
+    let mut log = Vec::new();
+    // Let the workload reach a steady state first.
+    tokio::time::sleep(Duration::from_millis(rng.u64(500..1_500))).await;
+    while tokio::time::Instant::now() < until {
+        let fault = loop {
+            let f = Fault::ALL[rng.usize(..Fault::ALL.len())];
+            if f != Fault::InvalidateTokens || target.auth.is_some() {
+                break f;
+            }
+        };
+        let hold = Duration::from_millis(rng.u64(300..2_000));
+        let start = target.recorder.now();
+        let (member, detail) = inject(target, rng, fault, hold).await;
+        log.push(FaultLog {
+            kind: format!("{fault:?}"),
+            member,
+            start,
+            end: target.recorder.now(),
+            detail,
+        });
+        if let Err(e) = target.cluster.wait_ready(Duration::from_secs(30)).await {
+            log.last_mut().unwrap().detail += &format!("; not ready after it: {e}");
+        }
+        tokio::time::sleep(Duration::from_millis(rng.u64(200..1_200))).await;
+    }
+    log
+}
+
+/// Do `fault` for `hold` and heal it; the member it hit and what else is worth printing.
+async fn inject(
+    target: &mut Target<'_>,
+    rng: &mut fastrand::Rng,
+    fault: Fault,
+    hold: Duration,
+) -> (Option<usize>, String) {
+    let n = target.cluster.len();
+    let leader = target
+        .cluster
+        .leader(Duration::from_secs(10))
+        .await
+        .unwrap_or(0);
+    let follower = (leader + 1 + rng.usize(..n - 1)) % n;
+    let cluster = &mut *target.cluster;
+    match fault {
+        Fault::KillLeader | Fault::KillFollower => {
+            let i = if fault == Fault::KillLeader {
+                leader
+            } else {
+                follower
+            };
+            cluster.kill(i);
+            tokio::time::sleep(hold).await;
+            let restarted = cluster.restart(i).await;
+            (
+                Some(i),
+                restarted.err().map(|e| e.to_string()).unwrap_or_default(),
+            )
+        }
+        Fault::FreezeLeader | Fault::FreezeFollower => {
+            let i = if fault == Fault::FreezeLeader {
+                leader
+            } else {
+                follower
+            };
+            cluster.stop(i);
+            tokio::time::sleep(hold).await;
+            cluster.cont(i);
+            (Some(i), String::new())
+        }
+        Fault::BlackholeLeaderLink | Fault::ResetLeaderLink | Fault::BlackholeFollowerLink => {
+            let (i, mode) = match fault {
+                Fault::BlackholeLeaderLink => (leader, Mode::Blackhole),
+                Fault::ResetLeaderLink => (leader, Mode::Reset),
+                _ => (follower, Mode::Blackhole),
+            };
+            target.proxies[i].set_mode(mode);
+            tokio::time::sleep(hold).await;
+            target.proxies[i].set_mode(Mode::Pass);
+            (Some(i), String::new())
+        }
+        Fault::PartitionLeader | Fault::PartitionFollower => {
+            let i = if fault == Fault::PartitionLeader {
+                leader
+            } else {
+                follower
+            };
+            let done = cluster.partition(i);
+            tokio::time::sleep(hold).await;
+            let healed = cluster.heal(i);
+            (Some(i), format!("{:?} {:?}", done.err(), healed.err()))
+        }
+        Fault::RestartAll => {
+            cluster.kill_all();
+            tokio::time::sleep(hold / 2).await;
+            let started = cluster.start_all().await;
+            (
+                None,
+                started.err().map(|e| e.to_string()).unwrap_or_default(),
+            )
+        }
+        Fault::Compact => {
+            // Only what every collector has: the ground truth must stay complete.
+            let revision = target.collectors.reached_by_all();
+            let r = target.admin.kv().compact(revision, false).await;
+            (None, format!("at {revision}: {:?}", r.err()))
+        }
+        Fault::Defragment => {
+            let i = rng.usize(..n);
+            let r = match target.admin.maintenance().on(&cluster.endpoint(i)) {
+                Ok(m) => m.defragment().await.err(),
+                Err(e) => Some(e),
+            };
+            (Some(i), format!("{r:?}"))
+        }
+        Fault::MoveLeader => {
+            let r = match (
+                cluster.member_id(follower).await,
+                target.admin.maintenance().on(&cluster.endpoint(leader)),
+            ) {
+                (Ok(id), Ok(m)) => m.move_leader(id).await.err().map(|e| e.to_string()),
+                (Err(e), _) => Some(e.to_string()),
+                (_, Err(e)) => Some(e.to_string()),
+            };
+            (Some(follower), format!("{r:?}"))
+        }
+        Fault::AddRemoveMember => {
+            // A learner that never starts: a membership change through raft and member
+            // lists that change under the clients, without touching the quorum.
+            // etcd refuses changes for 5 s after a member (re)connects: retried while it says so.
+            let admin = target.admin;
+            let peer = peer_url();
+            let members = admin.cluster();
+            let add = settled(|| members.member_add_as_learner([peer.clone()]));
+            let added = match tokio::time::timeout(Duration::from_secs(8), add).await {
+                Ok(added) => added,
+                Err(_) => return (None, "add: refused as unhealthy for 8 s".into()),
+            };
+            let detail = match added {
+                Ok(r) => {
+                    tokio::time::sleep(hold).await;
+                    let id = r.member.map_or(0, |m| m.id);
+                    let removed = settled(|| members.member_remove(id)).await;
+                    format!("learner {id:x}: removed {:?}", removed.err())
+                }
+                Err(e) => format!("add: {e}"),
+            };
+            (None, detail)
+        }
+        Fault::InvalidateTokens => {
+            // etcd drops every token of a user whose password changes (to the same one here):
+            // all clients must log in again at once.
+            let (user, password) = target.auth.clone().expect("only with auth");
+            let r = target
+                .admin
+                .auth()
+                .user_change_password(user, password)
+                .await;
+            tokio::time::sleep(hold).await;
+            (None, format!("{:?}", r.err()))
+        }
+    }
+}
+
+/// Undo every fault that could still be in place (after a failed heal).
+pub async fn heal_all(cluster: &mut Cluster, proxies: &[FaultProxy]) {
+    for proxy in proxies {
+        proxy.set_mode(Mode::Pass);
+    }
+    for i in 0..cluster.len() {
+        cluster.cont(i);
+        let _ = cluster.heal(i);
+        if cluster.pid(i).is_none() {
+            let _ = cluster.restart(i).await;
+        }
+    }
+}

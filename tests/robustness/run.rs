@@ -1,0 +1,181 @@
+//! One seed, start to end: a 3-member cluster in its own network namespaces, fault proxies
+//! in front of it, two clients through the proxies, the ground-truth collectors, the workload
+//! and the fault scheduler; then everything healed, a final write pins the last revision, and
+//! the members' hashes of the keyspace must agree.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_ha::testkit::{Cluster, FaultProxy};
+use etcd_ha::{Client, GetOptions, PutOptions};
+
+use crate::faults::{self, Target};
+use crate::history::History;
+use crate::record::Recorder;
+use crate::support::options_for;
+use crate::truth::Collectors;
+use crate::workload::{self, Ctx};
+
+/// How one seed runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub seed: u64,
+    /// How long faults are injected under the workload.
+    pub duration: Duration,
+}
+
+impl Config {
+    /// Auth (with a 2 s token TTL) on every third seed.
+    pub fn auth(&self) -> bool {
+        self.seed % 3 == 2
+    }
+}
+
+/// Run one seed; the recorded history, or why the run itself broke down.
+pub async fn run(config: Config) -> Result<History, String> {
+    let mut builder = Cluster::builder()
+        .members(3)
+        .isolated_network(true)
+        .arg("--experimental-watch-progress-notify-interval=1s");
+    if config.auth() {
+        builder = builder.auth("root", "robust").arg("--auth-token-ttl=2");
+    }
+    let mut cluster = builder.start().await.map_err(|e| format!("start: {e}"))?;
+    let proxies: Vec<FaultProxy> = (0..cluster.len())
+        .map(|i| FaultProxy::start(cluster.client_addr(i)).expect("start a fault proxy"))
+        .collect();
+    let options = options_for(&cluster);
+    let admin = Client::connect(cluster.endpoints(), options.clone())
+        .await
+        .map_err(|e| format!("admin client: {e}"))?;
+    let prefix = format!("rb/{}/", config.seed);
+    let start_revision = admin
+        .kv()
+        .get("rb/", GetOptions::new())
+        .await
+        .map_err(|e| format!("start revision: {e}"))?
+        .header
+        .map_or(0, |h| h.revision);
+
+    let recorder = Arc::new(Recorder::new());
+    let collectors = Collectors::start(
+        &cluster.endpoints(),
+        &options,
+        &prefix,
+        start_revision,
+        recorder.clone(),
+    );
+    // The clients under test reach the members only through the proxies (so member sync,
+    // which would learn the direct URLs, is off).
+    let proxied: Vec<String> = proxies.iter().map(|p| p.url("http")).collect();
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let client = Client::connect(proxied.clone(), options.clone().without_member_sync())
+            .await
+            .map_err(|e| format!("client: {e}"))?;
+        clients.push(client);
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let ctx = Ctx {
+        seed: config.seed,
+        prefix: prefix.clone(),
+        recorder: recorder.clone(),
+        stop: stopped,
+        watches: Arc::new(Mutex::new(Vec::new())),
+        leases: Arc::new(Mutex::new(Vec::new())),
+        holds: Arc::new(Mutex::new(Vec::new())),
+    };
+    let mut tasks = workload::start(&ctx, &clients);
+
+    let mut rng = fastrand::Rng::with_seed(config.seed);
+    let auth = cluster.auth().map(|(u, p)| (u.to_owned(), p.to_owned()));
+    let faults = {
+        let mut target = Target {
+            cluster: &mut cluster,
+            proxies: &proxies,
+            admin: &admin,
+            collectors: &collectors,
+            recorder: &recorder,
+            auth,
+        };
+        faults::run(&mut target, &mut rng, config.duration).await
+    };
+    faults::heal_all(&mut cluster, &proxies).await;
+    let _ = cluster.wait_ready(Duration::from_secs(30)).await;
+    // A last second of calm, so the workload's last operations see a healthy cluster.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let end = recorder.now();
+    let _ = stop.send(true);
+    let joined = tokio::time::timeout(Duration::from_secs(30), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if joined.is_err() {
+        tasks.abort_all();
+        return Err("the workload did not stop within 30 s of being told to".into());
+    }
+
+    // The final write outside the prefix pins the last revision the truth must reach.
+    let tombstone = write_tombstone(&admin, &prefix).await?;
+    let truth = collectors
+        .finish(tombstone, Duration::from_secs(30))
+        .await?;
+    hashes_agree(&cluster, &admin, tombstone).await?;
+
+    Ok(History {
+        seed: config.seed,
+        etcd_version: cluster.etcd_version().to_owned(),
+        prefix,
+        ops: recorder.take_ops(),
+        watches: std::mem::take(&mut *ctx.watches.lock().unwrap()),
+        leases: std::mem::take(&mut *ctx.leases.lock().unwrap()),
+        holds: std::mem::take(&mut *ctx.holds.lock().unwrap()),
+        truth,
+        start_revision,
+        faults,
+        end,
+    })
+}
+
+async fn write_tombstone(admin: &Client, prefix: &str) -> Result<i64, String> {
+    let key = format!("{}.tombstone", prefix.trim_end_matches('/'));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match admin.kv().put(key.as_str(), "end", PutOptions::new()).await {
+            Ok(r) => return Ok(r.header.map_or(0, |h| h.revision)),
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                return Err(format!("the final write failed: {e}"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Every member has the same keyspace hash at `revision` (etcd's own end-of-run check).
+async fn hashes_agree(cluster: &Cluster, admin: &Client, revision: i64) -> Result<(), String> {
+    let mut hashes = Vec::new();
+    for i in 0..cluster.len() {
+        let member = admin
+            .maintenance()
+            .on(&cluster.endpoint(i))
+            .map_err(|e| e.to_string())?;
+        let mut tries = 0;
+        let hash = loop {
+            match member.hash_kv(revision).await {
+                Ok(r) => break (r.hash, r.compact_revision),
+                Err(e) if tries >= 50 => return Err(format!("hash of member {i}: {e}")),
+                Err(_) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        hashes.push(hash);
+    }
+    if hashes.windows(2).any(|w| w[0] != w[1]) {
+        return Err(format!(
+            "members disagree on the keyspace at revision {revision}: {hashes:?}"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! The mixed workload of one seed: KV processes, managed watches, kept leases and election,
+//! mutex and leadership contenders, spread over the run's clients.
+
+pub mod hold;
+pub mod kv;
+pub mod lease;
+pub mod watch;
+
+use std::sync::{Arc, Mutex};
+
+use etcd_ha::Client;
+use tokio::task::JoinSet;
+
+use crate::history::{HoldLog, LeaseLog, WatchLog};
+use crate::record::Recorder;
+
+/// KV processes per client.
+pub const PROCESSES_PER_CLIENT: u32 = 4;
+
+/// What every workload task shares.
+#[derive(Clone)]
+pub struct Ctx {
+    pub seed: u64,
+    pub prefix: String,
+    pub recorder: Arc<Recorder>,
+    pub stop: tokio::sync::watch::Receiver<bool>,
+    pub watches: Arc<Mutex<Vec<WatchLog>>>,
+    pub leases: Arc<Mutex<Vec<LeaseLog>>>,
+    pub holds: Arc<Mutex<Vec<HoldLog>>>,
+}
+
+impl Ctx {
+    /// Whether the workload was told to stop.
+    pub fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Completes when the workload is told to stop.
+    pub async fn until_stopped(&self) {
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(|s| *s).await;
+    }
+
+    /// A generator for one task, derived from the seed (so a seed replays the same choices).
+    pub fn rng(&self, task: u64) -> fastrand::Rng {
+        fastrand::Rng::with_seed(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ task)
+    }
+}
+
+/// Start every workload task; they run until `ctx.stop` says so.
+pub fn start(ctx: &Ctx, clients: &[Client]) -> JoinSet<()> {
+    let mut tasks = JoinSet::new();
+    for (c, client) in clients.iter().enumerate() {
+        let c = c as u32;
+        for p in 0..PROCESSES_PER_CLIENT {
+            let process = c * PROCESSES_PER_CLIENT + p;
+            tasks.spawn(kv::process(ctx.clone(), client.clone(), c, process));
+        }
+        tasks.spawn(watch::watcher(ctx.clone(), client.clone(), c));
+        tasks.spawn(lease::keeper(ctx.clone(), client.clone(), c));
+        for kind in hold::KINDS {
+            tasks.spawn(hold::contender(ctx.clone(), client.clone(), c, kind));
+        }
+    }
+    tasks
+}
