@@ -1,0 +1,53 @@
+//! The linearizability search on histories of the size a robustness run records (10 keys,
+//! 8 processes, 3,000 operations, 20% of writes `Unknown`), timed.
+//!
+//! Measured (debug build, as `cargo test` runs it, 2 cores shared with other builds):
+//! see `realistic_history_is_checked_in_budget` below and the report of this commit.
+
+use std::time::{Duration, Instant};
+
+use super::report::Property;
+use super::sim::{MS, Shape, Sim, workload};
+use crate::history::{History, Outcome, Response};
+
+fn realistic(seed: u64) -> History {
+    let mut sim = Sim::new("/rb/", 1_000);
+    let shape = Shape { seed, keys: 10, processes: 8, ops: 3_000, unknown_writes: 0.2, think: 2 * MS, from: 0 };
+    sim.run(workload(shape, "/rb/"));
+    let end = sim.h.ops.iter().map(|op| op.ret).max().unwrap_or(0);
+    sim.finish(end)
+}
+
+#[test]
+fn realistic_history_is_checked_in_budget() {
+    for seed in 1..=3 {
+        let h = realistic(seed);
+        let started = Instant::now();
+        let report = super::check(&h, Duration::from_secs(60));
+        let s = &report.stats;
+        println!(
+            "seed {seed}: {} ops, {} searched on {} keys: search {:?} ({} states), whole check {:?}",
+            h.ops.len(),
+            s.linearizable_ops,
+            s.linearizable_keys,
+            s.search_time,
+            s.states_explored,
+            started.elapsed()
+        );
+        assert!(report.is_ok(), "{report}");
+    }
+}
+
+#[test]
+fn realistic_history_with_one_bad_read_is_refuted_in_budget() {
+    let mut h = realistic(4);
+    // The last refused cas reads a value nobody wrote: the search must exhaust the key.
+    let op = h.ops.iter_mut().rev().find(|op| matches!(op.outcome, Outcome::Ok(Response::Cas { succeeded: false, .. }))).unwrap();
+    if let Outcome::Ok(Response::Cas { value, .. }) = &mut op.outcome {
+        *value = Some("from nowhere".into());
+    }
+    let report = super::check(&h, Duration::from_secs(60));
+    println!("search {:?} ({} states)\n{report}", report.stats.search_time, report.stats.states_explored);
+    assert!(report.has(Property::Linearizability));
+    assert!(!report.has(Property::LinearizabilityTimeout));
+}
