@@ -222,6 +222,8 @@ pub struct Shape {
     pub unknown_writes: f64,
     /// Pause between a process's operations.
     pub think: Nanos,
+    /// The share of operations that hang 0.1 to 2 s (waiting out a fault), overlapping many.
+    pub stall: f64,
     pub from: Nanos,
 }
 
@@ -236,7 +238,10 @@ pub fn workload(shape: Shape, prefix: &str) -> Vec<(Nanos, Action)> {
         let mut t = shape.from + rng.u64(0..MS);
         for n in 0..per_process {
             let invoke = t + rng.u64(0..=shape.think);
-            let took = rng.u64(MS / 2..8 * MS);
+            let took = match rng.f64() < shape.stall {
+                true => rng.u64(100 * MS..2_000 * MS),
+                false => rng.u64(MS / 2..8 * MS),
+            };
             let ret = invoke + took;
             let k = rng.usize(0..shape.keys);
             let key = format!("{prefix}kv/{k}");

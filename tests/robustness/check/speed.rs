@@ -10,9 +10,10 @@ use super::report::Property;
 use super::sim::{MS, Shape, Sim, workload};
 use crate::history::{History, Outcome, Response};
 
-fn realistic(seed: u64) -> History {
+/// `stall`: the share of operations that hang through a fault (0.1 to 2 s).
+fn realistic(seed: u64, stall: f64) -> History {
     let mut sim = Sim::new("/rb/", 1_000);
-    let shape = Shape { seed, keys: 10, processes: 8, ops: 3_000, unknown_writes: 0.2, think: 2 * MS, from: 0 };
+    let shape = Shape { seed, keys: 10, processes: 8, ops: 3_000, unknown_writes: 0.2, think: 2 * MS, stall, from: 0 };
     sim.run(workload(shape, "/rb/"));
     let end = sim.h.ops.iter().map(|op| op.ret).max().unwrap_or(0);
     sim.finish(end)
@@ -20,13 +21,13 @@ fn realistic(seed: u64) -> History {
 
 #[test]
 fn realistic_history_is_checked_in_budget() {
-    for seed in 1..=3 {
-        let h = realistic(seed);
+    for (seed, stall) in [(1, 0.0), (2, 0.0), (3, 0.05), (4, 0.05), (5, 0.2)] {
+        let h = realistic(seed, stall);
         let started = Instant::now();
         let report = super::check(&h, Duration::from_secs(60));
         let s = &report.stats;
         println!(
-            "seed {seed}: {} ops, {} searched on {} keys: search {:?} ({} states), whole check {:?}",
+            "seed {seed}, stalled {stall}: {} ops, {} searched on {} keys: search {:?} ({} states), whole check {:?}",
             h.ops.len(),
             s.linearizable_ops,
             s.linearizable_keys,
@@ -40,7 +41,7 @@ fn realistic_history_is_checked_in_budget() {
 
 #[test]
 fn realistic_history_with_one_bad_read_is_refuted_in_budget() {
-    let mut h = realistic(4);
+    let mut h = realistic(6, 0.05);
     // The last refused cas reads a value nobody wrote: the search must exhaust the key.
     let op = h.ops.iter_mut().rev().find(|op| matches!(op.outcome, Outcome::Ok(Response::Cas { succeeded: false, .. }))).unwrap();
     if let Outcome::Ok(Response::Cas { value, .. }) = &mut op.outcome {
