@@ -8,8 +8,8 @@
 use super::keyspace::Keyspace;
 use super::sim::{Action, Fate, MS, Plan, Shape, Sim, workload};
 use crate::history::{
-    Batch, Belief, Delivery, History, HoldKind, HoldLog, LeaseLog, Nanos, Release, Request, WatchEnd, WatchEvent,
-    WatchLog,
+    Batch, Belief, Delivery, History, HoldKind, HoldLog, LeaseLog, Nanos, Release, Request,
+    WatchEnd, WatchEvent, WatchLog,
 };
 
 const PREFIX: &str = "/rb/";
@@ -30,8 +30,22 @@ pub fn valid_history_seeded(seed: u64) -> History {
     let b = format!("{ELECTION}/b2");
     // The two contenders' campaign keys: the first to create owns the election.
     sim.run(vec![
-        (10 * MS, Action::Put { key: a.clone(), value: "contender 1".into(), lease: 11 }),
-        (20 * MS, Action::Put { key: b.clone(), value: "contender 2".into(), lease: 12 }),
+        (
+            10 * MS,
+            Action::Put {
+                key: a.clone(),
+                value: "contender 1".into(),
+                lease: 11,
+            },
+        ),
+        (
+            20 * MS,
+            Action::Put {
+                key: b.clone(),
+                value: "contender 2".into(),
+                lease: 12,
+            },
+        ),
     ]);
     let hold = |contender, key: &str, create_revision, acquired_at, released_at| HoldLog {
         kind: HoldKind::Election,
@@ -58,8 +72,19 @@ pub fn valid_history_seeded(seed: u64) -> History {
     };
     let mut actions = workload(shape, PREFIX);
     let fenced = |n: u32, hold: usize, at: Nanos| {
-        let request = Request::FencedPut { key: format!("{PREFIX}kv/fenced"), value: format!("f{hold}-{n}"), hold };
-        let plan = Plan { process: 90 + hold as u32, invoke: at, at: at + MS, ret: at + 3 * MS, request, fate: Fate::Ok };
+        let request = Request::FencedPut {
+            key: format!("{PREFIX}kv/fenced"),
+            value: format!("f{hold}-{n}"),
+            hold,
+        };
+        let plan = Plan {
+            process: 90 + hold as u32,
+            invoke: at,
+            at: at + MS,
+            ret: at + 3 * MS,
+            request,
+            fate: Fate::Ok,
+        };
         (at + MS, Action::Op(plan))
     };
     for n in 0..3 {
@@ -69,14 +94,30 @@ pub fn valid_history_seeded(seed: u64) -> History {
     // Contender 1 resigns at 400 ms; contender 2 sees its key gone and takes over.
     actions.push((401 * MS, Action::Delete { key: a.clone() }));
     for (n, key) in ["a", "b"].iter().enumerate() {
-        let request = Request::Put { key: format!("{PREFIX}lease/{key}"), value: format!("lease-{key}"), lease: Some(LEASE) };
+        let request = Request::Put {
+            key: format!("{PREFIX}lease/{key}"),
+            value: format!("lease-{key}"),
+            lease: Some(LEASE),
+        };
         let invoke = (40 + 5 * n as Nanos) * MS;
-        let plan = Plan { process: 95, invoke, at: invoke + MS, ret: invoke + 2 * MS, request, fate: Fate::Ok };
+        let plan = Plan {
+            process: 95,
+            invoke,
+            at: invoke + MS,
+            ret: invoke + 2 * MS,
+            request,
+            fate: Fate::Ok,
+        };
         actions.push((invoke + MS, Action::Op(plan)));
     }
     // The keeper's last renewal went out at 696 ms; the server revokes at 1.9 s.
     let lease_keys = vec![format!("{PREFIX}lease/a"), format!("{PREFIX}lease/b")];
-    actions.push((1_900 * MS, Action::Expire { keys: lease_keys.clone() }));
+    actions.push((
+        1_900 * MS,
+        Action::Expire {
+            keys: lease_keys.clone(),
+        },
+    ));
     sim.run(actions);
     sim.h.leases.push(lease_log(lease_keys));
     let mut h = sim.finish(END);
@@ -91,8 +132,16 @@ fn lease_log(keys: Vec<String>) -> LeaseLog {
     let beliefs = (0..17)
         .map(|i| {
             let at = (50 + 100 * i) * MS;
-            let last = sent.iter().rev().find(|&&s| s <= at).copied().unwrap_or(30 * MS);
-            Belief { at, until: last + TTL }
+            let last = sent
+                .iter()
+                .rev()
+                .find(|&&s| s <= at)
+                .copied()
+                .unwrap_or(30 * MS);
+            Belief {
+                at,
+                until: last + TTL,
+            }
         })
         .collect();
     LeaseLog {
@@ -113,7 +162,9 @@ fn watches(h: &History) -> Vec<WatchLog> {
     let truth = Keyspace::new(h);
     let kv = format!("{PREFIX}kv/");
     let created = 102;
-    let mut first = deliveries(&truth, &kv, created + 1, 1, false, 30 * MS, |t| t < 900 * MS);
+    let mut first = deliveries(&truth, &kv, created + 1, 1, false, 30 * MS, |t| {
+        t < 900 * MS
+    });
     let reached = first.iter().filter_map(|d| match &d.batch {
         Batch::Events { revision, .. } => Some(*revision),
         _ => None,
@@ -122,13 +173,37 @@ fn watches(h: &History) -> Vec<WatchLog> {
     // A progress notification in the middle: everything up to it was delivered.
     if first.len() > 5 {
         let (at, revision) = (first[4].at, first[4].batch_revision());
-        first.insert(5, Delivery { at, batch: Batch::Progress { revision } });
+        first.insert(
+            5,
+            Delivery {
+                at,
+                batch: Batch::Progress { revision },
+            },
+        );
     }
     let mut second = deliveries(&truth, &kv, reached + 1, 2, true, 950 * MS, |_| true);
     let last = truth.last_revision().unwrap_or(h.start_revision);
-    second.push(Delivery { at: END - 5 * MS, batch: Batch::Progress { revision: last } });
-    let all = deliveries(&truth, PREFIX, h.start_revision + 1, 3, true, 5 * MS, |_| true);
-    let log = |id, prefix: &str, prev_kv, start_revision, created_revision, created_at, deliveries, ended| WatchLog {
+    second.push(Delivery {
+        at: END - 5 * MS,
+        batch: Batch::Progress { revision: last },
+    });
+    let all = deliveries(
+        &truth,
+        PREFIX,
+        h.start_revision + 1,
+        3,
+        true,
+        5 * MS,
+        |_| true,
+    );
+    let log = |id,
+               prefix: &str,
+               prev_kv,
+               start_revision,
+               created_revision,
+               created_at,
+               deliveries,
+               ended| WatchLog {
         id,
         client: id % 2,
         prefix: prefix.into(),
@@ -140,9 +215,27 @@ fn watches(h: &History) -> Vec<WatchLog> {
         ended,
     };
     vec![
-        log(0, &kv, false, 0, Some(created), 30 * MS, first, Some(WatchEnd::Cancelled { at: 900 * MS })),
+        log(
+            0,
+            &kv,
+            false,
+            0,
+            Some(created),
+            30 * MS,
+            first,
+            Some(WatchEnd::Cancelled { at: 900 * MS }),
+        ),
         log(1, &kv, true, reached + 1, None, 950 * MS, second, None),
-        log(2, PREFIX, true, h.start_revision + 1, None, 5 * MS, all, None),
+        log(
+            2,
+            PREFIX,
+            true,
+            h.start_revision + 1,
+            None,
+            5 * MS,
+            all,
+            None,
+        ),
     ]
 }
 
@@ -153,7 +246,9 @@ trait BatchRevision {
 impl BatchRevision for Delivery {
     fn batch_revision(&self) -> i64 {
         match &self.batch {
-            Batch::Events { revision, .. } | Batch::Progress { revision } | Batch::Reloaded { revision, .. } => *revision,
+            Batch::Events { revision, .. }
+            | Batch::Progress { revision }
+            | Batch::Reloaded { revision, .. } => *revision,
             Batch::Compacted { compact_revision } => *compact_revision,
         }
     }
@@ -171,7 +266,11 @@ fn deliveries(
     keep: impl Fn(Nanos) -> bool,
 ) -> Vec<Delivery> {
     let mut revisions: Vec<(i64, Vec<WatchEvent>, Nanos)> = Vec::new();
-    for e in truth.under(prefix).into_iter().filter(|e| e.revision >= from && keep(e.seen_at)) {
+    for e in truth
+        .under(prefix)
+        .into_iter()
+        .filter(|e| e.revision >= from && keep(e.seen_at))
+    {
         let event = WatchEvent {
             revision: e.revision,
             key: e.key.clone(),
@@ -179,7 +278,9 @@ fn deliveries(
             value: e.value.clone(),
             create_revision: e.create_revision,
             version: e.version,
-            prev_value: prev_kv.then(|| truth.value_at(&e.key, e.revision - 1).map(String::from)).flatten(),
+            prev_value: prev_kv
+                .then(|| truth.value_at(&e.key, e.revision - 1).map(String::from))
+                .flatten(),
         };
         match revisions.last_mut() {
             Some((r, events, _)) if *r == e.revision => events.push(event),
@@ -192,7 +293,10 @@ fn deliveries(
             let (revision, _, seen) = chunk.last().unwrap();
             Delivery {
                 at: (*seen).max(not_before) + MS,
-                batch: Batch::Events { revision: *revision, events: chunk.iter().flat_map(|(_, e, _)| e.clone()).collect() },
+                batch: Batch::Events {
+                    revision: *revision,
+                    events: chunk.iter().flat_map(|(_, e, _)| e.clone()).collect(),
+                },
             }
         })
         .collect()

@@ -66,9 +66,11 @@ fn overlaps(history: &History, report: &mut Report) {
 /// The hold's key was created at its create revision and not seen deleted before acquiring.
 fn acquired(i: usize, hold: &HoldLog, truth: &Keyspace, report: &mut Report) {
     let events = truth.key_events(&hold.key);
-    let created = events
-        .iter()
-        .position(|e| e.kind == EventKind::Put && e.revision == hold.create_revision && e.create_revision == e.revision);
+    let created = events.iter().position(|e| {
+        e.kind == EventKind::Put
+            && e.revision == hold.create_revision
+            && e.create_revision == e.revision
+    });
     let why = match created {
         None => Some("its key was never created at that revision".to_string()),
         Some(c) => events[c + 1..]
@@ -78,7 +80,10 @@ fn acquired(i: usize, hold: &HoldLog, truth: &Keyspace, report: &mut Report) {
             .map(|d| format!("its key was deleted before it acquired: {}", show::event(d))),
     };
     if let Some(why) = why {
-        report.violation(Property::HoldAcquire, show::lines([hold_line(i, hold, u64::MAX), why]));
+        report.violation(
+            Property::HoldAcquire,
+            show::lines([hold_line(i, hold, u64::MAX), why]),
+        );
     }
 }
 
@@ -107,8 +112,12 @@ fn owner(hold: &HoldLog, truth: &Keyspace, revision: i64) -> Option<(String, i64
 /// An applied fenced write was made by the owner; a refused one had its fence broken.
 fn fenced(history: &History, truth: &Keyspace, report: &mut Report) {
     for op in &history.ops {
-        let Request::FencedPut { value, hold: h, .. } = &op.request else { continue };
-        let Some(hold) = history.holds.get(*h) else { continue }; // Well-formedness says it.
+        let Request::FencedPut { value, hold: h, .. } = &op.request else {
+            continue;
+        };
+        let Some(hold) = history.holds.get(*h) else {
+            continue;
+        }; // Well-formedness says it.
         report.stats.fenced_puts += 1;
         let applied = truth.with_value(value).first().copied();
         if let Some(e) = applied {
@@ -116,7 +125,10 @@ fn fenced(history: &History, truth: &Keyspace, report: &mut Report) {
             let owner = owner(hold, truth, before);
             if owner.as_ref() != Some(&(hold.key.clone(), hold.create_revision)) {
                 let detail = show::lines([
-                    format!("applied at {} while the name's owner was {owner:?}:", e.revision),
+                    format!(
+                        "applied at {} while the name's owner was {owner:?}:",
+                        e.revision
+                    ),
                     show::op(op),
                     hold_line(*h, hold, history.end),
                     show::event(e),
@@ -124,11 +136,16 @@ fn fenced(history: &History, truth: &Keyspace, report: &mut Report) {
                 report.violation(Property::FencedWrite, detail);
             }
         }
-        if let Outcome::Ok(Response::Fenced { succeeded: false, revision }) = &op.outcome
+        if let Outcome::Ok(Response::Fenced {
+            succeeded: false,
+            revision,
+        }) = &op.outcome
             && fence_holds(hold, truth, *revision)
         {
             let detail = show::lines([
-                format!("refused, yet the holder's key still had its create revision at {revision}:"),
+                format!(
+                    "refused, yet the holder's key still had its create revision at {revision}:"
+                ),
                 show::op(op),
                 hold_line(*h, hold, history.end),
             ]);

@@ -43,11 +43,16 @@ fn vanished(history: &History, truth: &Keyspace, lease: &LeaseLog) -> Option<(Na
         let events = truth.key_events(key);
         for pair in events.windows(2) {
             let (put, delete) = (pair[0], pair[1]);
-            if put.kind != EventKind::Put || put.lease != lease.lease || delete.kind != EventKind::Delete {
+            if put.kind != EventKind::Put
+                || put.lease != lease.lease
+                || delete.kind != EventKind::Delete
+            {
                 continue;
             }
             let t = delete.seen_at;
-            if lease.revoked_at.is_some_and(|r| r <= t) || explained(history, key, delete.revision, t) {
+            if lease.revoked_at.is_some_and(|r| r <= t)
+                || explained(history, key, delete.revision, t)
+            {
                 continue;
             }
             if first.as_ref().is_none_or(|(f, _)| t < *f) {
@@ -60,13 +65,20 @@ fn vanished(history: &History, truth: &Keyspace, lease: &LeaseLog) -> Option<(Na
 
 /// Whether a workload delete may have removed `key` at `revision` (seen at `t`).
 fn explained(history: &History, key: &str, revision: i64, t: Nanos) -> bool {
-    history.ops.iter().any(|op| match (&op.request, &op.outcome) {
-        (Request::Delete { key: k }, Outcome::Ok(Response::Delete { revision: r, deleted })) => {
-            k == key && *r == revision && *deleted > 0
-        }
-        (Request::Delete { key: k }, Outcome::Unknown { .. }) => k == key && op.invoke <= t,
-        _ => false,
-    })
+    history
+        .ops
+        .iter()
+        .any(|op| match (&op.request, &op.outcome) {
+            (
+                Request::Delete { key: k },
+                Outcome::Ok(Response::Delete {
+                    revision: r,
+                    deleted,
+                }),
+            ) => k == key && *r == revision && *deleted > 0,
+            (Request::Delete { key: k }, Outcome::Unknown { .. }) => k == key && op.invoke <= t,
+            _ => false,
+        })
 }
 
 fn judge(lease: &LeaseLog, (t, how): (Nanos, String), report: &mut Report) {
@@ -82,12 +94,24 @@ fn judge(lease: &LeaseLog, (t, how): (Nanos, String), report: &mut Report) {
         let detail = show::lines([
             header.clone(),
             how.clone(),
-            format!("yet at {} the holder believed it alive until {}", show::at(b.at), show::at(b.until)),
+            format!(
+                "yet at {} the holder believed it alive until {}",
+                show::at(b.at),
+                show::at(b.until)
+            ),
         ]);
         report.violation(Property::LeaseBelief, detail);
     }
     if lease.lost_at.is_none_or(|lost| lost > t + LOST_SLACK) {
-        let detail = show::lines([header, how, format!("lost() must fire by {} (slack {} ms)", show::at(t + LOST_SLACK), LOST_SLACK / 1_000_000)]);
+        let detail = show::lines([
+            header,
+            how,
+            format!(
+                "lost() must fire by {} (slack {} ms)",
+                show::at(t + LOST_SLACK),
+                LOST_SLACK / 1_000_000
+            ),
+        ]);
         report.violation(Property::LeaseLost, detail);
     }
 }

@@ -18,8 +18,8 @@
 //!   history).
 
 mod keyspace;
-mod lease;
 mod leadership;
+mod lease;
 mod linearizable;
 mod reads;
 mod report;
@@ -43,6 +43,8 @@ use std::time::Duration;
 
 use crate::history::History;
 
+// The harness's API; the self-tests use only part of it.
+#[allow(unused_imports)]
 pub use report::{Property, Report, Stats, Violation};
 
 /// Judges `history`: every property, with `budget` for the linearizability search (running

@@ -10,8 +10,17 @@ use crate::history::{History, Outcome, Request, Response};
 
 pub fn check(history: &History, truth: &Keyspace, report: &mut Report) {
     for op in &history.ops {
-        let (Request::Get { key, serializable: true }, Outcome::Ok(Response::Get { revision, value, mod_revision })) =
-            (&op.request, &op.outcome)
+        let (
+            Request::Get {
+                key,
+                serializable: true,
+            },
+            Outcome::Ok(Response::Get {
+                revision,
+                value,
+                mod_revision,
+            }),
+        ) = (&op.request, &op.outcome)
         else {
             continue;
         };

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use super::fixture::valid_history;
 use super::report::{Property, Report};
-use crate::history::{Batch, Delivery, EventKind, History, Outcome, Request, Response, TruthEvent, WatchLog};
+use crate::history::{
+    Batch, Delivery, EventKind, History, Outcome, Request, Response, TruthEvent, WatchLog,
+};
 
 /// The valid history the bugs are planted into.
 fn valid() -> History {
@@ -36,11 +38,23 @@ fn the_valid_history_passes_every_check() {
     println!("{report}");
     assert!(report.is_ok(), "{report}");
     let s = &report.stats;
-    assert!(s.unknown_applied > 0 && s.unknown_applied < s.unknown_writes, "unknown writes applied and not");
-    assert!(s.ops.iter().any(|(kind, _)| kind.ends_with(" fail")), "a failed write");
+    assert!(
+        s.unknown_applied > 0 && s.unknown_applied < s.unknown_writes,
+        "unknown writes applied and not"
+    );
+    assert!(
+        s.ops.iter().any(|(kind, _)| kind.ends_with(" fail")),
+        "a failed write"
+    );
     assert!(s.linearizable_ops > 50 && s.watch_events > 50 && s.reads_checked > 20);
-    assert_eq!((s.leases, s.lease_keys_dropped, s.holds, s.fenced_puts), (1, 1, 2, 6));
-    assert!(h.watches.iter().any(|w| w.start_revision > 0 && w.prev_kv), "a resumed watch");
+    assert_eq!(
+        (s.leases, s.lease_keys_dropped, s.holds, s.fenced_puts),
+        (1, 1, 2, 6)
+    );
+    assert!(
+        h.watches.iter().any(|w| w.start_revision > 0 && w.prev_kv),
+        "a resumed watch"
+    );
 }
 
 #[test]
@@ -58,7 +72,13 @@ fn applied_write(h: &History, ok_only: bool) -> (usize, TruthEvent) {
         .filter(|(_, op)| !ok_only || matches!(op.outcome, Outcome::Ok(Response::Put { .. })))
         .find_map(|(i, op)| {
             let v = op.request.written_value()?;
-            Some((i, h.truth.iter().find(|e| e.value.as_deref() == Some(v))?.clone()))
+            Some((
+                i,
+                h.truth
+                    .iter()
+                    .find(|e| e.value.as_deref() == Some(v))?
+                    .clone(),
+            ))
         })
         .expect("an applied write")
 }
@@ -68,14 +88,26 @@ fn a_resent_write_is_a_duplicate() {
     let mut h = valid();
     let (_, e) = applied_write(&h, false);
     // The same value applied again later, as a re-sent put would: a consistent next event.
-    let last = h.truth.iter().rev().find(|t| t.key == e.key).cloned().unwrap();
+    let last = h
+        .truth
+        .iter()
+        .rev()
+        .find(|t| t.key == e.key)
+        .cloned()
+        .unwrap();
     let revision = h.truth.last().unwrap().revision + 1;
     let (create_revision, version) = match last.kind {
         EventKind::Put => (last.create_revision, last.version + 1),
         EventKind::Delete => (revision, 1),
     };
     let seen_at = h.truth.last().unwrap().seen_at + 1;
-    h.truth.push(TruthEvent { revision, create_revision, version, seen_at, ..e });
+    h.truth.push(TruthEvent {
+        revision,
+        create_revision,
+        version,
+        seen_at,
+        ..e
+    });
     caught(&h, Property::DuplicateWrite);
 }
 
@@ -84,13 +116,29 @@ fn a_stale_linearizable_read_is_caught() {
     let mut h = valid();
     // A read invoked after some acknowledged write, answered from before the workload.
     let done = |h: &History, i: usize| {
-        h.ops.iter().any(|a| a.ret < h.ops[i].invoke && matches!(&a.outcome, Outcome::Ok(r) if r.revision() > h.start_revision))
+        h.ops.iter().any(|a| {
+            a.ret < h.ops[i].invoke
+                && matches!(&a.outcome, Outcome::Ok(r) if r.revision() > h.start_revision)
+        })
     };
     let i = (0..h.ops.len())
-        .find(|&i| matches!(h.ops[i].request, Request::Get { serializable: false, .. }) && matches!(h.ops[i].outcome, Outcome::Ok(_)) && done(&h, i))
+        .find(|&i| {
+            matches!(
+                h.ops[i].request,
+                Request::Get {
+                    serializable: false,
+                    ..
+                }
+            ) && matches!(h.ops[i].outcome, Outcome::Ok(_))
+                && done(&h, i)
+        })
         .expect("a linearizable read");
     let start = h.start_revision;
-    h.ops[i].outcome = Outcome::Ok(Response::Get { revision: start, value: None, mod_revision: 0 });
+    h.ops[i].outcome = Outcome::Ok(Response::Get {
+        revision: start,
+        value: None,
+        mod_revision: 0,
+    });
     caught(&h, Property::StaleRead);
 }
 
@@ -99,7 +147,11 @@ fn a_lost_acknowledged_write_is_caught() {
     let mut h = valid();
     let (_, e) = applied_write(&h, true);
     // The truth never had it: its event becomes someone else's value.
-    let stranger = h.truth.iter_mut().find(|t| t.revision == e.revision && t.key == e.key).unwrap();
+    let stranger = h
+        .truth
+        .iter_mut()
+        .find(|t| t.revision == e.revision && t.key == e.key)
+        .unwrap();
     stranger.value = Some("written by nobody".into());
     caught(&h, Property::LostWrite);
 }
@@ -108,7 +160,9 @@ fn a_lost_acknowledged_write_is_caught() {
 fn a_failed_write_that_applied_is_caught() {
     let mut h = valid();
     let (i, _) = applied_write(&h, true);
-    h.ops[i].outcome = Outcome::Fail { error: "misclassified timeout".into() };
+    h.ops[i].outcome = Outcome::Fail {
+        error: "misclassified timeout".into(),
+    };
     caught(&h, Property::FailedWriteApplied);
 }
 
@@ -120,13 +174,27 @@ fn a_non_linearizable_key_only_the_search_sees() {
     let op = h
         .ops
         .iter_mut()
-        .find(|op| matches!(op.outcome, Outcome::Ok(Response::Cas { succeeded: false, .. })))
+        .find(|op| {
+            matches!(
+                op.outcome,
+                Outcome::Ok(Response::Cas {
+                    succeeded: false,
+                    ..
+                })
+            )
+        })
         .expect("a refused cas");
     if let Outcome::Ok(Response::Cas { value, .. }) = &mut op.outcome {
         *value = Some("a value from nowhere".into());
     }
     let report = caught(&h, Property::Linearizability);
-    assert!(report.violations.iter().all(|v| v.property == Property::Linearizability), "{report}");
+    assert!(
+        report
+            .violations
+            .iter()
+            .all(|v| v.property == Property::Linearizability),
+        "{report}"
+    );
 }
 
 #[test]
@@ -138,9 +206,16 @@ fn a_stale_serializable_read_is_caught() {
         .ops
         .iter_mut()
         .find(|op| match (&op.request, &op.outcome) {
-            (Request::Get { key, serializable: true }, Outcome::Ok(Response::Get { revision, .. })) => {
-                h.truth.iter().any(|e| &e.key == key && e.revision > *revision)
-            }
+            (
+                Request::Get {
+                    key,
+                    serializable: true,
+                },
+                Outcome::Ok(Response::Get { revision, .. }),
+            ) => h
+                .truth
+                .iter()
+                .any(|e| &e.key == key && e.revision > *revision),
             _ => false,
         })
         .expect("a serializable read of a key that changed later");
@@ -151,7 +226,10 @@ fn a_stale_serializable_read_is_caught() {
 }
 
 /// The first watch with an events delivery matching `pick` (watch, delivery index).
-fn find_delivery(h: &mut History, pick: impl Fn(&WatchLog, usize) -> bool) -> (&mut WatchLog, usize) {
+fn find_delivery(
+    h: &mut History,
+    pick: impl Fn(&WatchLog, usize) -> bool,
+) -> (&mut WatchLog, usize) {
     let w = h
         .watches
         .iter()
@@ -171,7 +249,8 @@ fn events(d: &Delivery) -> &[crate::history::WatchEvent] {
 
 /// Whether delivery `i` carries events and another events delivery follows it.
 fn followed_by_events(w: &WatchLog, i: usize) -> bool {
-    !events(&w.deliveries[i]).is_empty() && w.deliveries[i + 1..].iter().any(|d| !events(d).is_empty())
+    !events(&w.deliveries[i]).is_empty()
+        && w.deliveries[i + 1..].iter().any(|d| !events(d).is_empty())
 }
 
 #[test]
@@ -199,7 +278,9 @@ fn a_duplicated_watch_event_is_caught() {
 fn reordered_watch_events_are_caught() {
     let mut h = valid();
     let (w, i) = find_delivery(&mut h, followed_by_events);
-    let j = (i + 1..w.deliveries.len()).find(|&j| !events(&w.deliveries[j]).is_empty()).unwrap();
+    let j = (i + 1..w.deliveries.len())
+        .find(|&j| !events(&w.deliveries[j]).is_empty())
+        .unwrap();
     w.deliveries.swap(i, j);
     caught(&h, Property::WatchOrdered);
 }
@@ -213,8 +294,14 @@ fn a_split_revision_is_caught() {
     };
     let (w, i) = find_delivery(&mut h, shared);
     let mut second = w.deliveries[i].clone();
-    if let (Batch::Events { events, .. }, Batch::Events { events: rest, .. }) = (&mut w.deliveries[i].batch, &mut second.batch) {
-        let k = events.windows(2).position(|p| p[0].revision == p[1].revision).unwrap() + 1;
+    if let (Batch::Events { events, .. }, Batch::Events { events: rest, .. }) =
+        (&mut w.deliveries[i].batch, &mut second.batch)
+    {
+        let k = events
+            .windows(2)
+            .position(|p| p[0].revision == p[1].revision)
+            .unwrap()
+            + 1;
         *rest = events.split_off(k);
     }
     w.deliveries.insert(i + 1, second);
@@ -227,7 +314,13 @@ fn a_progress_before_its_events_is_caught() {
     let (w, i) = find_delivery(&mut h, |w, i| !events(&w.deliveries[i]).is_empty());
     let revision = events(&w.deliveries[i]).last().unwrap().revision;
     let at = w.deliveries[i].at;
-    w.deliveries.insert(i, Delivery { at, batch: Batch::Progress { revision } });
+    w.deliveries.insert(
+        i,
+        Delivery {
+            at,
+            batch: Batch::Progress { revision },
+        },
+    );
     caught(&h, Property::WatchBookmarkable);
 }
 
@@ -237,7 +330,10 @@ fn dropped_lease(h: &History) -> (usize, u64) {
         .iter()
         .enumerate()
         .find_map(|(l, lease)| {
-            let t = h.truth.iter().find(|e| e.kind == EventKind::Delete && lease.keys.contains(&e.key))?;
+            let t = h
+                .truth
+                .iter()
+                .find(|e| e.kind == EventKind::Delete && lease.keys.contains(&e.key))?;
             Some((l, t.seen_at))
         })
         .expect("a lease whose key the server dropped")
@@ -247,7 +343,10 @@ fn dropped_lease(h: &History) -> (usize, u64) {
 fn a_lease_believed_alive_after_the_server_dropped_it_is_caught() {
     let mut h = valid();
     let (l, t) = dropped_lease(&h);
-    let belief = crate::history::Belief { at: t - 1_000_000, until: t + 500_000_000 };
+    let belief = crate::history::Belief {
+        at: t - 1_000_000,
+        until: t + 500_000_000,
+    };
     h.leases[l].beliefs.push(belief);
     caught(&h, Property::LeaseBelief);
 }
@@ -264,7 +363,11 @@ fn a_late_lost_is_caught() {
 fn two_holds(h: &History) -> (usize, usize) {
     let mut pairs = (0..h.holds.len()).flat_map(|a| (0..h.holds.len()).map(move |b| (a, b)));
     pairs
-        .find(|&(a, b)| a != b && h.holds[a].name == h.holds[b].name && h.holds[a].acquired_at < h.holds[b].acquired_at)
+        .find(|&(a, b)| {
+            a != b
+                && h.holds[a].name == h.holds[b].name
+                && h.holds[a].acquired_at < h.holds[b].acquired_at
+        })
         .expect("two holds of one name")
 }
 
@@ -284,7 +387,16 @@ fn a_fenced_put_by_an_ex_holder_that_succeeded_is_caught() {
     let op = h
         .ops
         .iter_mut()
-        .find(|op| matches!(op.request, Request::FencedPut { hold, .. } if hold == b) && matches!(op.outcome, Outcome::Ok(Response::Fenced { succeeded: true, .. })))
+        .find(|op| {
+            matches!(op.request, Request::FencedPut { hold, .. } if hold == b)
+                && matches!(
+                    op.outcome,
+                    Outcome::Ok(Response::Fenced {
+                        succeeded: true,
+                        ..
+                    })
+                )
+        })
         .expect("a fenced put of the later holder");
     if let Request::FencedPut { hold, .. } = &mut op.request {
         *hold = a;

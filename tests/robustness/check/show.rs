@@ -1,7 +1,9 @@
 //! One-line renderings of operations, events and deliveries for violation reports: enough
 //! (times, revisions, values) to follow a failing seed from CI output alone.
 
-use crate::history::{Batch, Delivery, Nanos, Op, Outcome, Request, Response, TruthEvent, WatchEvent};
+use crate::history::{
+    Batch, Delivery, Nanos, Op, Outcome, Request, Response, TruthEvent, WatchEvent,
+};
 
 /// A time as seconds since the run started, to the microsecond.
 pub fn at(t: Nanos) -> String {
@@ -32,13 +34,19 @@ pub fn request(r: &Request) -> String {
         },
         Request::Delete { key } => format!("delete {key}"),
         Request::Get { key, serializable } => {
-            let how = if *serializable { "serializable" } else { "linearizable" };
+            let how = if *serializable {
+                "serializable"
+            } else {
+                "linearizable"
+            };
             format!("get {key} ({how})")
         }
         Request::Cas { key, expect, value } => {
             format!("cas {key} if {} then ={value}", opt(expect.as_deref()))
         }
-        Request::FencedPut { key, value, hold } => format!("fenced put {key}={value} as hold {hold}"),
+        Request::FencedPut { key, value, hold } => {
+            format!("fenced put {key}={value} as hold {hold}")
+        }
     }
 }
 
@@ -58,12 +66,18 @@ fn response(r: &Response) -> String {
             revision,
             value,
             mod_revision,
-        } => format!("ok rev {revision} {} (mod {mod_revision})", opt(value.as_deref())),
+        } => format!(
+            "ok rev {revision} {} (mod {mod_revision})",
+            opt(value.as_deref())
+        ),
         Response::Cas {
             revision,
             succeeded,
             value,
-        } => format!("ok rev {revision} succeeded {succeeded} read {}", opt(value.as_deref())),
+        } => format!(
+            "ok rev {revision} succeeded {succeeded} read {}",
+            opt(value.as_deref())
+        ),
         Response::Fenced {
             revision,
             succeeded,
@@ -116,12 +130,21 @@ pub fn delivery(i: usize, d: &Delivery) -> String {
             }
             s
         }
-        Batch::Progress { revision } => format!("delivery {i} at {}: progress {revision}", at(d.at)),
+        Batch::Progress { revision } => {
+            format!("delivery {i} at {}: progress {revision}", at(d.at))
+        }
         Batch::Compacted { compact_revision } => {
-            format!("delivery {i} at {}: compacted at {compact_revision}", at(d.at))
+            format!(
+                "delivery {i} at {}: compacted at {compact_revision}",
+                at(d.at)
+            )
         }
         Batch::Reloaded { revision, keys } => {
-            format!("delivery {i} at {}: reloaded at {revision}, {} keys", at(d.at), keys.len())
+            format!(
+                "delivery {i} at {}: reloaded at {revision}, {} keys",
+                at(d.at),
+                keys.len()
+            )
         }
     }
 }

@@ -37,11 +37,19 @@ pub struct Plan {
 pub enum Action {
     Op(Plan),
     /// A put by something that is not a workload operation (a campaign, a lock).
-    Put { key: String, value: String, lease: i64 },
+    Put {
+        key: String,
+        value: String,
+        lease: i64,
+    },
     /// A delete by something else (a resign); nothing if the key is absent.
-    Delete { key: String },
+    Delete {
+        key: String,
+    },
     /// A lease revoked or expired: its keys go in one revision.
-    Expire { keys: Vec<String> },
+    Expire {
+        keys: Vec<String>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -49,7 +57,6 @@ struct Live {
     value: String,
     create_revision: i64,
     version: i64,
-    lease: i64,
 }
 
 pub struct Sim {
@@ -66,11 +73,17 @@ impl Sim {
             start_revision,
             ..History::default()
         };
-        Sim { h, live: BTreeMap::new() }
+        Sim {
+            h,
+            live: BTreeMap::new(),
+        }
     }
 
     pub fn revision(&self) -> i64 {
-        self.h.truth.last().map_or(self.h.start_revision, |e| e.revision)
+        self.h
+            .truth
+            .last()
+            .map_or(self.h.start_revision, |e| e.revision)
     }
 
     /// Applies `actions` in time order (ties keep their order).
@@ -109,7 +122,6 @@ impl Sim {
             value: value.into(),
             create_revision: before.map_or(revision, |l| l.create_revision),
             version: before.map_or(1, |l| l.version + 1),
-            lease,
         };
         self.h.truth.push(TruthEvent {
             revision,
@@ -149,7 +161,12 @@ impl Sim {
 
     /// `key`'s value and mod revision at `revision`, from the truth so far.
     fn read_at(&self, key: &str, revision: i64) -> (Option<String>, i64) {
-        let last = self.h.truth.iter().rev().find(|e| e.key == key && e.revision <= revision);
+        let last = self
+            .h
+            .truth
+            .iter()
+            .rev()
+            .find(|e| e.key == key && e.revision <= revision);
         match last {
             Some(e) if e.kind == EventKind::Put => (e.value.clone(), e.revision),
             _ => (None, 0),
@@ -162,42 +179,91 @@ impl Sim {
         let current = |sim: &Sim, key: &str| sim.live.get(key).map(|l| l.value.clone());
         let response = match &plan.request {
             Request::Put { key, value, lease } => {
-                let revision = if applies { self.put(at, key, value, lease.unwrap_or(0)) } else { 0 };
+                let revision = if applies {
+                    self.put(at, key, value, lease.unwrap_or(0))
+                } else {
+                    0
+                };
                 Response::Put { revision }
             }
-            Request::Delete { key } => match applies.then(|| self.delete(at, std::slice::from_ref(key))).flatten() {
-                Some(revision) => Response::Delete { revision, deleted: 1 },
-                None => Response::Delete { revision: self.revision(), deleted: 0 },
+            Request::Delete { key } => match applies
+                .then(|| self.delete(at, std::slice::from_ref(key)))
+                .flatten()
+            {
+                Some(revision) => Response::Delete {
+                    revision,
+                    deleted: 1,
+                },
+                None => Response::Delete {
+                    revision: self.revision(),
+                    deleted: 0,
+                },
             },
             Request::Get { key, serializable } => {
                 // A serializable read may come from a member a few revisions behind.
-                let lag = if *serializable { i64::from(plan.process % 3) } else { 0 };
+                let lag = if *serializable {
+                    i64::from(plan.process % 3)
+                } else {
+                    0
+                };
                 let revision = (self.revision() - lag).max(self.h.start_revision);
                 let (value, mod_revision) = self.read_at(key, revision);
-                Response::Get { revision, value, mod_revision }
+                Response::Get {
+                    revision,
+                    value,
+                    mod_revision,
+                }
             }
             Request::Cas { key, expect, value } => {
                 let now = current(self, key);
                 match (now == *expect, applies) {
-                    (true, true) => Response::Cas { revision: self.put(at, key, value, 0), succeeded: true, value: None },
-                    (true, false) => Response::Cas { revision: 0, succeeded: true, value: None },
-                    (false, _) => Response::Cas { revision: self.revision(), succeeded: false, value: now },
+                    (true, true) => Response::Cas {
+                        revision: self.put(at, key, value, 0),
+                        succeeded: true,
+                        value: None,
+                    },
+                    (true, false) => Response::Cas {
+                        revision: 0,
+                        succeeded: true,
+                        value: None,
+                    },
+                    (false, _) => Response::Cas {
+                        revision: self.revision(),
+                        succeeded: false,
+                        value: now,
+                    },
                 }
             }
             Request::FencedPut { key, value, hold } => {
                 let h = &self.h.holds[*hold];
-                let fence = self.live.get(&h.key).is_some_and(|l| l.create_revision == h.create_revision);
+                let fence = self
+                    .live
+                    .get(&h.key)
+                    .is_some_and(|l| l.create_revision == h.create_revision);
                 match (fence, applies) {
-                    (true, true) => Response::Fenced { revision: self.put(at, key, value, 0), succeeded: true },
-                    (true, false) => Response::Fenced { revision: 0, succeeded: true },
-                    (false, _) => Response::Fenced { revision: self.revision(), succeeded: false },
+                    (true, true) => Response::Fenced {
+                        revision: self.put(at, key, value, 0),
+                        succeeded: true,
+                    },
+                    (true, false) => Response::Fenced {
+                        revision: 0,
+                        succeeded: true,
+                    },
+                    (false, _) => Response::Fenced {
+                        revision: self.revision(),
+                        succeeded: false,
+                    },
                 }
             }
         };
         let outcome = match plan.fate {
             Fate::Ok => Outcome::Ok(response),
-            Fate::Fail => Outcome::Fail { error: "sim: refused before sending".into() },
-            Fate::UnknownApplied | Fate::UnknownLost => Outcome::Unknown { error: "sim: timed out".into() },
+            Fate::Fail => Outcome::Fail {
+                error: "sim: refused before sending".into(),
+            },
+            Fate::UnknownApplied | Fate::UnknownLost => Outcome::Unknown {
+                error: "sim: timed out".into(),
+            },
         };
         self.h.ops.push(Op {
             id: 0,
@@ -248,14 +314,32 @@ pub fn workload(shape: Shape, prefix: &str) -> Vec<(Nanos, Action)> {
             let value = format!("v{process}-{n}");
             let roll = rng.u32(0..100);
             let request = match roll {
-                0..35 => Request::Put { key, value: value.clone(), lease: None },
+                0..35 => Request::Put {
+                    key,
+                    value: value.clone(),
+                    lease: None,
+                },
                 35..45 => {
-                    let expect = if rng.bool() { written[k].last().cloned() } else { None };
-                    Request::Cas { key, expect, value: value.clone() }
+                    let expect = if rng.bool() {
+                        written[k].last().cloned()
+                    } else {
+                        None
+                    };
+                    Request::Cas {
+                        key,
+                        expect,
+                        value: value.clone(),
+                    }
                 }
                 45..50 => Request::Delete { key },
-                50..88 => Request::Get { key, serializable: false },
-                _ => Request::Get { key, serializable: true },
+                50..88 => Request::Get {
+                    key,
+                    serializable: false,
+                },
+                _ => Request::Get {
+                    key,
+                    serializable: true,
+                },
             };
             if request.written_value().is_some() {
                 written[k].push(value);
@@ -273,7 +357,17 @@ pub fn workload(shape: Shape, prefix: &str) -> Vec<(Nanos, Action)> {
                 Fate::UnknownApplied if rng.bool() => ret + rng.u64(0..5 * MS),
                 _ => invoke + rng.u64(0..=took),
             };
-            actions.push((at, Action::Op(Plan { process, invoke, at, ret, request, fate })));
+            actions.push((
+                at,
+                Action::Op(Plan {
+                    process,
+                    invoke,
+                    at,
+                    ret,
+                    request,
+                    fate,
+                }),
+            ));
             // After an ambiguous outcome the harness goes on as a new process (Jepsen's rule).
             if matches!(fate, Fate::UnknownApplied | Fate::UnknownLost) {
                 process += shape.processes;

@@ -13,7 +13,15 @@ pub fn check(history: &History, truth: &Keyspace, report: &mut Report) {
     let mut done: Vec<(&Op, i64)> = history
         .ops
         .iter()
-        .filter(|op| !matches!(op.request, Request::Get { serializable: true, .. }))
+        .filter(|op| {
+            !matches!(
+                op.request,
+                Request::Get {
+                    serializable: true,
+                    ..
+                }
+            )
+        })
         .filter_map(|op| match &op.outcome {
             Outcome::Ok(resp) => Some((op, resp.revision())),
             _ => None,
@@ -28,8 +36,17 @@ pub fn check(history: &History, truth: &Keyspace, report: &mut Report) {
         }
     }
     for op in &history.ops {
-        let (Request::Get { key, serializable: false }, Outcome::Ok(Response::Get { revision, value, mod_revision })) =
-            (&op.request, &op.outcome)
+        let (
+            Request::Get {
+                key,
+                serializable: false,
+            },
+            Outcome::Ok(Response::Get {
+                revision,
+                value,
+                mod_revision,
+            }),
+        ) = (&op.request, &op.outcome)
         else {
             continue;
         };

@@ -22,7 +22,9 @@ pub fn check(history: &History, truth: &Keyspace, report: &mut Report) {
         {
             applied.push((op, revision));
         }
-        if let (Request::Delete { key }, Outcome::Ok(Response::Delete { revision, deleted })) = (&op.request, &op.outcome) {
+        if let (Request::Delete { key }, Outcome::Ok(Response::Delete { revision, deleted })) =
+            (&op.request, &op.outcome)
+        {
             delete(op, key, *revision, *deleted, truth, report);
         }
     }
@@ -35,8 +37,13 @@ fn kind(op: &Op) -> String {
     let request = match &op.request {
         Request::Put { .. } => "put",
         Request::Delete { .. } => "delete",
-        Request::Get { serializable: false, .. } => "get",
-        Request::Get { serializable: true, .. } => "serializable get",
+        Request::Get {
+            serializable: false,
+            ..
+        } => "get",
+        Request::Get {
+            serializable: true, ..
+        } => "serializable get",
         Request::Cas { .. } => "cas",
         Request::FencedPut { .. } => "fenced put",
     };
@@ -52,14 +59,19 @@ fn kind(op: &Op) -> String {
 fn unique_write(op: &Op, value: &str, truth: &Keyspace, report: &mut Report) -> Option<i64> {
     let found = truth.with_value(value);
     if found.len() > 1 {
-        let mut lines = vec![format!("value {value:?} applied {} times:", found.len()), show::op(op)];
+        let mut lines = vec![
+            format!("value {value:?} applied {} times:", found.len()),
+            show::op(op),
+        ];
         lines.extend(found.iter().map(|e| show::event(e)));
         report.violation(Property::DuplicateWrite, show::lines(lines));
     }
     let first = found.first().copied();
     let reported_applied = match &op.outcome {
         Outcome::Ok(Response::Put { .. }) => Some(true),
-        Outcome::Ok(Response::Cas { succeeded, .. } | Response::Fenced { succeeded, .. }) => Some(*succeeded),
+        Outcome::Ok(Response::Cas { succeeded, .. } | Response::Fenced { succeeded, .. }) => {
+            Some(*succeeded)
+        }
         Outcome::Ok(_) => return None, // Reported by the well-formedness check.
         Outcome::Fail { .. } => Some(false),
         Outcome::Unknown { .. } => {
@@ -70,12 +82,19 @@ fn unique_write(op: &Op, value: &str, truth: &Keyspace, report: &mut Report) -> 
     };
     let Some(e) = first else {
         if reported_applied == Some(true) {
-            report.violation(Property::LostWrite, format!("acknowledged, absent from the truth:\n{}", show::op(op)));
+            report.violation(
+                Property::LostWrite,
+                format!("acknowledged, absent from the truth:\n{}", show::op(op)),
+            );
         }
         return None;
     };
     if reported_applied == Some(false) {
-        let detail = show::lines(["reported not applied, yet applied:".to_string(), show::op(op), show::event(e)]);
+        let detail = show::lines([
+            "reported not applied, yet applied:".to_string(),
+            show::op(op),
+            show::event(e),
+        ]);
         report.violation(Property::FailedWriteApplied, detail);
         return Some(e.revision);
     }
@@ -88,11 +107,19 @@ fn unique_write(op: &Op, value: &str, truth: &Keyspace, report: &mut Report) -> 
         _ => true,
     };
     if !revision_ok || e.key != op.request.key() || e.kind != EventKind::Put || e.lease != lease {
-        let detail = show::lines(["applied, not as reported (revision, key or lease):".to_string(), show::op(op), show::event(e)]);
+        let detail = show::lines([
+            "applied, not as reported (revision, key or lease):".to_string(),
+            show::op(op),
+            show::event(e),
+        ]);
         report.violation(Property::WriteRevision, detail);
     }
     if e.seen_at < op.invoke {
-        let detail = show::lines(["the truth saw it before it was invoked:".to_string(), show::op(op), show::event(e)]);
+        let detail = show::lines([
+            "the truth saw it before it was invoked:".to_string(),
+            show::op(op),
+            show::event(e),
+        ]);
         report.violation(Property::TruthWellFormed, detail);
     }
     Some(e.revision)
@@ -152,10 +179,19 @@ fn delete(op: &Op, key: &str, revision: i64, deleted: i64, truth: &Keyspace, rep
 fn deletes_once(history: &History, report: &mut Report) {
     let mut seen = HashSet::new();
     for op in &history.ops {
-        if let (Request::Delete { key }, Outcome::Ok(Response::Delete { revision, deleted: 1 })) = (&op.request, &op.outcome)
+        if let (
+            Request::Delete { key },
+            Outcome::Ok(Response::Delete {
+                revision,
+                deleted: 1,
+            }),
+        ) = (&op.request, &op.outcome)
             && !seen.insert((key, *revision))
         {
-            report.violation(Property::DeleteRevision, format!("a second delete claims the same event:\n{}", show::op(op)));
+            report.violation(
+                Property::DeleteRevision,
+                format!("a second delete claims the same event:\n{}", show::op(op)),
+            );
         }
     }
 }

@@ -16,7 +16,10 @@ use crate::history::{Batch, History, TruthEvent, WatchEvent, WatchLog};
 
 pub fn check(history: &History, truth: &Keyspace, report: &mut Report) {
     // Without a compaction, a missing previous value is a bug; after one, etcd may drop it.
-    let compacted = history.faults.iter().any(|f| f.kind.to_lowercase().contains("compact"));
+    let compacted = history
+        .faults
+        .iter()
+        .any(|f| f.kind.to_lowercase().contains("compact"));
     for w in &history.watches {
         report.stats.watches += 1;
         let mut walk = Walk::new(w, truth, compacted);
@@ -48,7 +51,10 @@ struct Walk<'a> {
 impl<'a> Walk<'a> {
     fn new(w: &'a WatchLog, truth: &'a Keyspace<'a>, compacted: bool) -> Self {
         let expected = truth.under(&w.prefix);
-        let by_id = expected.iter().map(|e| ((e.revision, e.key.as_str()), *e)).collect();
+        let by_id = expected
+            .iter()
+            .map(|e| ((e.revision, e.key.as_str()), *e))
+            .collect();
         let from = match (w.start_revision, w.created_revision) {
             (s, _) if s > 0 => Some(s),
             (_, Some(created)) => Some(created + 1),
@@ -87,7 +93,10 @@ impl<'a> Walk<'a> {
         let mut ended_at = None;
         for (i, d) in self.w.deliveries.iter().enumerate() {
             if let Some(end) = ended_at {
-                let lines = vec![format!("delivery after the compaction of delivery {end}:"), show::delivery(i, d)];
+                let lines = vec![
+                    format!("delivery after the compaction of delivery {end}:"),
+                    show::delivery(i, d),
+                ];
                 self.violation(report, Property::WatchCompaction, lines);
                 break;
             }
@@ -117,15 +126,24 @@ impl<'a> Walk<'a> {
             self.resumable(i, e, report);
         }
         if e.revision < self.last_revision {
-            let lines = vec![format!("revision {} after {}:", e.revision, self.last_revision), show::delivery(i, d)];
+            let lines = vec![
+                format!("revision {} after {}:", e.revision, self.last_revision),
+                show::delivery(i, d),
+            ];
             self.violation(report, Property::WatchOrdered, lines);
         }
         if e.revision <= self.progress {
-            let lines = vec![format!("event at or below the progress revision {}:", self.progress), show::delivery(i, d)];
+            let lines = vec![
+                format!("event at or below the progress revision {}:", self.progress),
+                show::delivery(i, d),
+            ];
             self.violation(report, Property::WatchBookmarkable, lines);
         }
         if let Some(&first) = self.delivered.get(&id) {
-            let lines = vec![format!("first in delivery {first}, again in delivery {i}:"), show::watch_event(e)];
+            let lines = vec![
+                format!("first in delivery {first}, again in delivery {i}:"),
+                show::watch_event(e),
+            ];
             self.violation(report, Property::WatchUnique, lines);
             return;
         }
@@ -134,7 +152,10 @@ impl<'a> Walk<'a> {
         let first = *self.revision_delivery.entry(e.revision).or_insert(i);
         if first != i {
             let lines = vec![
-                format!("revision {} split between deliveries {first} and {i}:", e.revision),
+                format!(
+                    "revision {} split between deliveries {first} and {i}:",
+                    e.revision
+                ),
                 show::delivery(first, &self.w.deliveries[first]),
                 show::delivery(i, d),
             ];
@@ -147,25 +168,43 @@ impl<'a> Walk<'a> {
     fn content(&self, e: &WatchEvent, report: &mut Report) {
         let Some(t) = self.by_id.get(&(e.revision, e.key.as_str())) else {
             let why = match self.from {
-                Some(from) if e.revision < from => format!("an event before the watch's start {from}:"),
+                Some(from) if e.revision < from => {
+                    format!("an event before the watch's start {from}:")
+                }
                 _ => "an event the truth does not have:".to_string(),
             };
-            self.violation(report, Property::WatchReliable, vec![why, show::watch_event(e)]);
+            self.violation(
+                report,
+                Property::WatchReliable,
+                vec![why, show::watch_event(e)],
+            );
             return;
         };
         if e.kind != t.kind || e.value != t.value {
-            let lines = vec!["delivered, not as the truth has it:".into(), show::watch_event(e), show::event(t)];
+            let lines = vec![
+                "delivered, not as the truth has it:".into(),
+                show::watch_event(e),
+                show::event(t),
+            ];
             self.violation(report, Property::WatchReliable, lines);
         }
         if e.create_revision != t.create_revision || e.version != t.version {
-            let lines = vec!["create revision or version differ:".into(), show::watch_event(e), show::event(t)];
+            let lines = vec![
+                "create revision or version differ:".into(),
+                show::watch_event(e),
+                show::event(t),
+            ];
             self.violation(report, Property::WatchIsCreate, lines);
         }
         if self.w.prev_kv {
             let before = self.truth.value_at(&e.key, e.revision - 1);
-            let allowed = e.prev_value.as_deref() == before || (e.prev_value.is_none() && self.compacted);
+            let allowed =
+                e.prev_value.as_deref() == before || (e.prev_value.is_none() && self.compacted);
             if !allowed {
-                let lines = vec![format!("previous value should be {}:", show::opt(before)), show::watch_event(e)];
+                let lines = vec![
+                    format!("previous value should be {}:", show::opt(before)),
+                    show::watch_event(e),
+                ];
                 self.violation(report, Property::WatchPrevKv, lines);
             }
         }
@@ -173,10 +212,16 @@ impl<'a> Walk<'a> {
 
     /// A watch started at a revision begins with the first truth event at or above it.
     fn resumable(&self, i: usize, e: &WatchEvent, report: &mut Report) {
-        let first = self.expected.iter().find(|t| t.revision >= self.w.start_revision);
+        let first = self
+            .expected
+            .iter()
+            .find(|t| t.revision >= self.w.start_revision);
         if first.is_some_and(|t| (t.revision, t.key.as_str()) != (e.revision, e.key.as_str())) {
             let lines = vec![
-                format!("the first truth event at or above {} is:", self.w.start_revision),
+                format!(
+                    "the first truth event at or above {} is:",
+                    self.w.start_revision
+                ),
                 show::event(first.unwrap()),
                 show::delivery(i, &self.w.deliveries[i]),
             ];
@@ -187,7 +232,10 @@ impl<'a> Walk<'a> {
     /// A progress at `revision` vouches that every event up to it was delivered.
     fn progress(&mut self, i: usize, revision: i64, report: &mut Report) {
         if revision < self.progress {
-            let lines = vec![format!("progress went back from {}:", self.progress), show::delivery(i, &self.w.deliveries[i])];
+            let lines = vec![
+                format!("progress went back from {}:", self.progress),
+                show::delivery(i, &self.w.deliveries[i]),
+            ];
             self.violation(report, Property::WatchBookmarkable, lines);
         }
         self.progress = self.progress.max(revision);
@@ -201,7 +249,10 @@ impl<'a> Walk<'a> {
             .map(|t| show::event(t))
             .collect();
         if !missing.is_empty() {
-            let mut lines = vec![show::delivery(i, &self.w.deliveries[i]), "before these were delivered:".into()];
+            let mut lines = vec![
+                show::delivery(i, &self.w.deliveries[i]),
+                "before these were delivered:".into(),
+            ];
             lines.extend(missing);
             self.violation(report, Property::WatchBookmarkable, lines);
         }
@@ -209,18 +260,35 @@ impl<'a> Walk<'a> {
 
     /// A reload re-reads the prefix at `revision`: its keys are the truth's live ones there,
     /// and events continue above it.
-    fn reloaded(&mut self, i: usize, revision: i64, keys: &[(String, String)], report: &mut Report) {
+    fn reloaded(
+        &mut self,
+        i: usize,
+        revision: i64,
+        keys: &[(String, String)],
+        report: &mut Report,
+    ) {
         self.end_segment(report);
         let live = self.truth.live_under(&self.w.prefix, revision);
-        let want: Vec<(&str, &str)> = live.iter().map(|(k, e)| (*k, e.value.as_deref().unwrap_or(""))).collect();
-        let mut got: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let want: Vec<(&str, &str)> = live
+            .iter()
+            .map(|(k, e)| (*k, e.value.as_deref().unwrap_or("")))
+            .collect();
+        let mut got: Vec<(&str, &str)> =
+            keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         got.sort();
         if got != want {
-            let lines = vec![show::delivery(i, &self.w.deliveries[i]), format!("got {got:?}"), format!("truth {want:?}")];
+            let lines = vec![
+                show::delivery(i, &self.w.deliveries[i]),
+                format!("got {got:?}"),
+                format!("truth {want:?}"),
+            ];
             self.violation(report, Property::WatchCompaction, lines);
         }
         if revision < self.last_revision {
-            let lines = vec![format!("reload below the last event {}:", self.last_revision), show::delivery(i, &self.w.deliveries[i])];
+            let lines = vec![
+                format!("reload below the last event {}:", self.last_revision),
+                show::delivery(i, &self.w.deliveries[i]),
+            ];
             self.violation(report, Property::WatchOrdered, lines);
         }
         self.from = Some(revision + 1);
@@ -232,7 +300,12 @@ impl<'a> Walk<'a> {
     /// delivered (no gap).
     fn end_segment(&self, report: &mut Report) {
         let Some(from) = self.from else { return };
-        let last = self.delivered.keys().map(|(r, _)| *r).max().unwrap_or(i64::MIN);
+        let last = self
+            .delivered
+            .keys()
+            .map(|(r, _)| *r)
+            .max()
+            .unwrap_or(i64::MIN);
         let missing: Vec<&TruthEvent> = self
             .expected
             .iter()
@@ -241,14 +314,24 @@ impl<'a> Walk<'a> {
             .copied()
             .collect();
         if let Some(first) = missing.first() {
-            let mut lines = vec![format!("{} truth event(s) between {from} and {last} never delivered, first:", missing.len())];
+            let mut lines = vec![format!(
+                "{} truth event(s) between {from} and {last} never delivered, first:",
+                missing.len()
+            )];
             lines.push(show::event(first));
-            let around = self.delivered.iter().filter(|((r, _), _)| (first.revision - 2..=first.revision + 2).contains(r));
+            let around = self
+                .delivered
+                .iter()
+                .filter(|((r, _), _)| (first.revision - 2..=first.revision + 2).contains(r));
             let mut near: Vec<usize> = around.map(|(_, &d)| d).collect();
             near.sort();
             near.dedup();
             lines.push("deliveries around it:".into());
-            lines.extend(near.iter().take(3).map(|&d| show::delivery(d, &self.w.deliveries[d])));
+            lines.extend(
+                near.iter()
+                    .take(3)
+                    .map(|&d| show::delivery(d, &self.w.deliveries[d])),
+            );
             self.violation(report, Property::WatchReliable, lines);
         }
     }

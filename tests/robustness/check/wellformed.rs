@@ -20,10 +20,16 @@ fn ops(history: &History, report: &mut Report) {
     let mut last_of_process: HashMap<u32, &crate::history::Op> = HashMap::new();
     for op in &history.ops {
         if !ids.insert(op.id) {
-            report.violation(Property::HistoryWellFormed, format!("id used twice: {}", show::op(op)));
+            report.violation(
+                Property::HistoryWellFormed,
+                format!("id used twice: {}", show::op(op)),
+            );
         }
         if op.ret < op.invoke {
-            report.violation(Property::HistoryWellFormed, format!("returns before invoked: {}", show::op(op)));
+            report.violation(
+                Property::HistoryWellFormed,
+                format!("returns before invoked: {}", show::op(op)),
+            );
         }
         if let Some(v) = op.request.written_value()
             && let Some(other) = values.insert(v, op)
@@ -49,12 +55,18 @@ fn ops(history: &History, report: &mut Report) {
         if let Outcome::Ok(resp) = &op.outcome
             && !kind_matches(&op.request, resp)
         {
-            report.violation(Property::HistoryWellFormed, format!("response of another kind: {}", show::op(op)));
+            report.violation(
+                Property::HistoryWellFormed,
+                format!("response of another kind: {}", show::op(op)),
+            );
         }
         if let Request::FencedPut { hold, .. } = op.request
             && hold >= history.holds.len()
         {
-            report.violation(Property::HistoryWellFormed, format!("no such hold: {}", show::op(op)));
+            report.violation(
+                Property::HistoryWellFormed,
+                format!("no such hold: {}", show::op(op)),
+            );
         }
     }
 }
@@ -76,12 +88,19 @@ fn truth(history: &History, report: &mut Report) {
     let mut at_revision: HashSet<(&str, i64)> = HashSet::new();
     for e in &history.truth {
         if e.revision < prev_revision || e.revision <= history.start_revision {
-            let detail = format!("revision goes backwards (after {prev_revision}, start {}): {}", history.start_revision, show::event(e));
+            let detail = format!(
+                "revision goes backwards (after {prev_revision}, start {}): {}",
+                history.start_revision,
+                show::event(e)
+            );
             report.violation(Property::TruthWellFormed, detail);
         }
         prev_revision = prev_revision.max(e.revision);
         if !at_revision.insert((&e.key, e.revision)) {
-            report.violation(Property::TruthWellFormed, format!("key changed twice in one revision: {}", show::event(e)));
+            report.violation(
+                Property::TruthWellFormed,
+                format!("key changed twice in one revision: {}", show::event(e)),
+            );
         }
         let before = last.insert(&e.key, e);
         if let Err(why) = follows(before, e) {
@@ -98,15 +117,20 @@ fn truth(history: &History, report: &mut Report) {
 fn follows(before: Option<&TruthEvent>, e: &TruthEvent) -> Result<(), String> {
     let live = before.filter(|b| b.kind == EventKind::Put);
     match (e.kind, live) {
-        (EventKind::Put, None) if e.create_revision != e.revision || e.version != 1 => {
-            Err("a creation must have create revision = revision and version 1 (keys start absent)".into())
-        }
-        (EventKind::Put, Some(b)) if e.create_revision != b.create_revision || e.version != b.version + 1 => {
+        (EventKind::Put, None) if e.create_revision != e.revision || e.version != 1 => Err(
+            "a creation must have create revision = revision and version 1 (keys start absent)"
+                .into(),
+        ),
+        (EventKind::Put, Some(b))
+            if e.create_revision != b.create_revision || e.version != b.version + 1 =>
+        {
             Err("an update must keep the create revision and add 1 to the version".into())
         }
         (EventKind::Put, _) if e.value.is_none() => Err("a put without a value".into()),
         (EventKind::Delete, None) => Err("a delete of an absent key".into()),
-        (EventKind::Delete, Some(_)) if e.value.is_some() || e.version != 0 || e.create_revision != 0 => {
+        (EventKind::Delete, Some(_))
+            if e.value.is_some() || e.version != 0 || e.create_revision != 0 =>
+        {
             Err("a delete must carry no value, version 0, create revision 0".into())
         }
         _ => Ok(()),

@@ -40,7 +40,9 @@ pub enum Verdict {
     Linearizable,
     /// No order works; `longest` is the longest partial linearization found (indices into the
     /// calls, in order).
-    Illegal { longest: Vec<usize> },
+    Illegal {
+        longest: Vec<usize>,
+    },
     /// The time or state budget ran out first.
     Timeout,
 }
@@ -75,7 +77,12 @@ const SENTINEL: usize = 0;
 
 /// Searches a linearization of `calls` from `init` through the model's `step` (which returns
 /// the state after the operation, or `None` if the model cannot take it in that state).
-pub fn search<S, I>(calls: &[Call<I>], init: S, step: impl Fn(&S, &I) -> Option<S>, budget: Budget) -> Search
+pub fn search<S, I>(
+    calls: &[Call<I>],
+    init: S,
+    step: impl Fn(&S, &I) -> Option<S>,
+    budget: Budget,
+) -> Search
 where
     S: Clone + Eq + Hash,
 {
@@ -91,11 +98,19 @@ where
     let mut steps = 0u64;
     loop {
         if must_left == 0 {
-            return Search { verdict: Verdict::Linearizable, states: memo.len() as u64 };
+            return Search {
+                verdict: Verdict::Linearizable,
+                states: memo.len() as u64,
+            };
         }
         steps += 1;
-        if (steps.is_multiple_of(1024) && Instant::now() > budget.deadline) || memo.len() > budget.max_states {
-            return Search { verdict: Verdict::Timeout, states: memo.len() as u64 };
+        if (steps.is_multiple_of(1024) && Instant::now() > budget.deadline)
+            || memo.len() > budget.max_states
+        {
+            return Search {
+                verdict: Verdict::Timeout,
+                states: memo.len() as u64,
+            };
         }
         if entry != SENTINEL && nodes[entry].is_call {
             let op = nodes[entry].op;
@@ -118,7 +133,10 @@ where
         }
         // A return entry (an operation returned unlinearized) or the end: backtrack.
         let Some((node, before)) = stack.pop() else {
-            return Search { verdict: Verdict::Illegal { longest }, states: memo.len() as u64 };
+            return Search {
+                verdict: Verdict::Illegal { longest },
+                states: memo.len() as u64,
+            };
         };
         let op = nodes[node].op;
         state = before;
@@ -140,13 +158,25 @@ fn build_list<I>(calls: &[Call<I>]) -> Vec<Node> {
     }
     // (time, is_return): false < true puts calls before returns at one instant.
     order.sort();
-    let mut nodes = vec![Node { op: usize::MAX, is_call: false, ret: None, prev: 0, next: 0 }];
+    let mut nodes = vec![Node {
+        op: usize::MAX,
+        is_call: false,
+        ret: None,
+        prev: 0,
+        next: 0,
+    }];
     let mut call_node = vec![0; calls.len()];
     for &(_, is_return, op) in &order {
         let index = nodes.len();
         let prev = index - 1;
         nodes[prev].next = index;
-        nodes.push(Node { op, is_call: !is_return, ret: None, prev, next: SENTINEL });
+        nodes.push(Node {
+            op,
+            is_call: !is_return,
+            ret: None,
+            prev,
+            next: SENTINEL,
+        });
         if is_return {
             nodes[call_node[op]].ret = Some(index);
         } else {
@@ -208,11 +238,19 @@ mod tests {
     }
 
     fn op(call: Nanos, ret: Option<Nanos>, input: Reg) -> Call<Reg> {
-        Call { call, ret, must: true, input }
+        Call {
+            call,
+            ret,
+            must: true,
+            input,
+        }
     }
 
     fn run(calls: &[Call<Reg>]) -> Verdict {
-        let budget = Budget { deadline: Instant::now() + Duration::from_secs(5), max_states: 1 << 20 };
+        let budget = Budget {
+            deadline: Instant::now() + Duration::from_secs(5),
+            max_states: 1 << 20,
+        };
         search(calls, None, step, budget).verdict
     }
 
@@ -235,13 +273,18 @@ mod tests {
             op(2, Some(3), Reg::Write(2)),
             op(4, Some(5), Reg::Read(Some(1))),
         ];
-        let Verdict::Illegal { longest } = run(&calls) else { panic!("expected illegal") };
+        let Verdict::Illegal { longest } = run(&calls) else {
+            panic!("expected illegal")
+        };
         assert_eq!(longest, vec![0, 1]);
     }
 
     #[test]
     fn a_read_before_any_write_sees_absent() {
-        let calls = [op(0, Some(1), Reg::Read(Some(1))), op(2, Some(3), Reg::Write(1))];
+        let calls = [
+            op(0, Some(1), Reg::Read(Some(1))),
+            op(2, Some(3), Reg::Write(1)),
+        ];
         assert!(matches!(run(&calls), Verdict::Illegal { .. }));
     }
 
@@ -256,7 +299,11 @@ mod tests {
         ];
         assert_eq!(run(&calls), Verdict::Linearizable);
         // It must apply: with nothing reading it, it still has to fit somewhere.
-        let after = [op(0, None, Reg::Write(7)), op(3, Some(4), Reg::Read(Some(7))), op(10, Some(11), Reg::Read(None))];
+        let after = [
+            op(0, None, Reg::Write(7)),
+            op(3, Some(4), Reg::Read(Some(7))),
+            op(10, Some(11), Reg::Read(None)),
+        ];
         assert!(matches!(run(&after), Verdict::Illegal { .. }));
     }
 
@@ -268,7 +315,10 @@ mod tests {
             op(3, Some(4), Reg::Cas(None, 1)),
             op(10, Some(11), Reg::Read(Some(1))),
         ];
-        assert!(matches!(run(&calls), Verdict::Illegal { .. }), "a must-apply write has to fit");
+        assert!(
+            matches!(run(&calls), Verdict::Illegal { .. }),
+            "a must-apply write has to fit"
+        );
         calls[0].must = false;
         assert_eq!(run(&calls), Verdict::Linearizable);
     }
@@ -276,9 +326,15 @@ mod tests {
     #[test]
     fn the_state_budget_is_a_timeout_not_a_pass() {
         let calls: Vec<_> = (0..12).map(|i| op(0, Some(100), Reg::Write(i))).collect();
-        let budget = Budget { deadline: Instant::now() + Duration::from_secs(5), max_states: 3 };
+        let budget = Budget {
+            deadline: Instant::now() + Duration::from_secs(5),
+            max_states: 3,
+        };
         let mut with_read = calls.clone();
         with_read.push(op(200, Some(201), Reg::Read(Some(99))));
-        assert_eq!(search(&with_read, None, step, budget).verdict, Verdict::Timeout);
+        assert_eq!(
+            search(&with_read, None, step, budget).verdict,
+            Verdict::Timeout
+        );
     }
 }
