@@ -46,6 +46,8 @@ struct Walk<'a> {
     last_revision: i64,
     progress: i64,
     events_seen: usize,
+    /// Whether the start was judged (by the first event, or skipped by a reload before it).
+    start_judged: bool,
 }
 
 impl<'a> Walk<'a> {
@@ -72,6 +74,7 @@ impl<'a> Walk<'a> {
             last_revision: 0,
             progress: 0,
             events_seen: 0,
+            start_judged: false,
         }
     }
 
@@ -122,9 +125,10 @@ impl<'a> Walk<'a> {
         if self.from.is_none() {
             self.from = Some(e.revision);
         }
-        if self.w.start_revision > 0 && self.events_seen == 1 {
+        if self.w.start_revision > 0 && !self.start_judged {
             self.resumable(i, e, report);
         }
+        self.start_judged = true;
         if e.revision < self.last_revision {
             let lines = vec![
                 format!("revision {} after {}:", e.revision, self.last_revision),
@@ -268,6 +272,7 @@ impl<'a> Walk<'a> {
         report: &mut Report,
     ) {
         self.end_segment(report);
+        self.start_judged = true;
         let live = self.truth.live_under(&self.w.prefix, revision);
         let want: Vec<(&str, &str)> = live
             .iter()
@@ -319,11 +324,19 @@ impl<'a> Walk<'a> {
                 missing.len()
             )];
             lines.push(show::event(first));
-            let around = self
+            // The deliveries of the nearest delivered revisions below and above the gap.
+            let r = first.revision;
+            let below = self
                 .delivered
                 .iter()
-                .filter(|((r, _), _)| (first.revision - 2..=first.revision + 2).contains(r));
-            let mut near: Vec<usize> = around.map(|(_, &d)| d).collect();
+                .filter(|((x, _), _)| *x < r)
+                .max_by_key(|((x, _), _)| *x);
+            let above = self
+                .delivered
+                .iter()
+                .filter(|((x, _), _)| *x > r)
+                .min_by_key(|((x, _), _)| *x);
+            let mut near: Vec<usize> = below.into_iter().chain(above).map(|(_, &d)| d).collect();
             near.sort();
             near.dedup();
             lines.push("deliveries around it:".into());
@@ -334,5 +347,80 @@ impl<'a> Walk<'a> {
             );
             self.violation(report, Property::WatchReliable, lines);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::fixture::valid_history;
+    use super::super::keyspace::Keyspace;
+    use super::super::report::Property;
+    use crate::history::{Batch, Delivery, History};
+
+    /// The valid history with its second KV watch reloaded: its first `skip` deliveries
+    /// replaced by a re-read at the last revision they reached, with `keys` edited by `edit`.
+    fn reloaded(skip: usize, edit: impl Fn(&mut Vec<(String, String)>)) -> History {
+        let mut h = valid_history();
+        let w = h
+            .watches
+            .iter()
+            .position(|w| w.start_revision > 0 && w.prefix.ends_with("kv/"))
+            .unwrap();
+        let Batch::Events { revision, .. } = h.watches[w].deliveries[skip - 1].batch else {
+            panic!("events")
+        };
+        let truth = Keyspace::new(&h);
+        let live = truth.live_under(&h.watches[w].prefix, revision);
+        let mut keys: Vec<(String, String)> = live
+            .iter()
+            .map(|(k, e)| (k.to_string(), e.value.clone().unwrap()))
+            .collect();
+        edit(&mut keys);
+        let at = h.watches[w].deliveries[skip - 1].at;
+        let deliveries = &mut h.watches[w].deliveries;
+        deliveries.drain(..skip);
+        deliveries.insert(
+            0,
+            Delivery {
+                at,
+                batch: Batch::Reloaded { revision, keys },
+            },
+        );
+        h
+    }
+
+    #[test]
+    fn a_reload_with_the_truth_state_continues_the_watch() {
+        let report = super::super::check(&reloaded(3, |_| {}), Duration::from_secs(30));
+        assert!(report.is_ok(), "{report}");
+    }
+
+    #[test]
+    fn a_reload_missing_a_key_is_caught() {
+        let report = super::super::check(
+            &reloaded(3, |keys| drop(keys.pop())),
+            Duration::from_secs(30),
+        );
+        assert!(report.has(Property::WatchCompaction), "{report}");
+    }
+
+    #[test]
+    fn a_delivery_after_compacted_is_caught() {
+        let mut h = valid_history();
+        let w = &mut h.watches[0];
+        let at = w.deliveries[1].at;
+        w.deliveries.insert(
+            1,
+            Delivery {
+                at,
+                batch: Batch::Compacted {
+                    compact_revision: 90,
+                },
+            },
+        );
+        let report = super::super::check(&h, Duration::from_secs(30));
+        assert!(report.has(Property::WatchCompaction), "{report}");
     }
 }
