@@ -1,0 +1,182 @@
+//! What the checkers found: each violation with the property it breaks and the smallest piece
+//! of history that shows it, and how much was checked (a pass over nothing is no pass).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// The property a violation breaks: one per check, named as etcd's robustness suite and the
+/// research notes (b.3 to b.5) name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Property {
+    /// The recorded operations are not what the harness promises (ids, sequential processes,
+    /// unique values, a response of the request's kind): every other verdict would be moot.
+    HistoryWellFormed,
+    /// The ground truth contradicts itself (revision order, create revision, version).
+    TruthWellFormed,
+    /// A write acknowledged as applied is not in the ground truth.
+    LostWrite,
+    /// A unique value appears more than once in the ground truth: a write was re-sent.
+    DuplicateWrite,
+    /// An acknowledged write is in the truth, but not at the revision (or key, lease) reported.
+    WriteRevision,
+    /// A write reported as not applied (`Fail`, or `succeeded = false`) is in the truth.
+    FailedWriteApplied,
+    /// A write that started after another returned got a lower revision.
+    WriteRealTime,
+    /// A delete's `deleted` count disagrees with the truth at its revision.
+    DeleteRevision,
+    /// One key's operations have no linearization (Wing & Gong / Lowe search).
+    Linearizability,
+    /// The linearizability search ran out of its time or state budget: not a pass.
+    LinearizabilityTimeout,
+    /// A linearizable read's revision is below one of an operation that completed before it.
+    StaleRead,
+    /// A linearizable read's value is not the truth's at the revision it reports.
+    ReadValue,
+    /// A serializable read's value is not the truth's at the revision it reports.
+    SerializableRead,
+    /// A watch delivered an event with a lower revision than one before it.
+    WatchOrdered,
+    /// A watch delivered one (revision, key) twice.
+    WatchUnique,
+    /// A watch split one revision's events across deliveries.
+    WatchAtomic,
+    /// A watch skipped a truth event, or delivered one the truth does not have.
+    WatchReliable,
+    /// A watch started from a revision did not start with the first truth event at or above it.
+    WatchResumable,
+    /// A progress notification came before the events it vouches for, or went backwards.
+    WatchBookmarkable,
+    /// A watch's previous value is not the truth's.
+    WatchPrevKv,
+    /// A watch event's create revision or version is not the truth's.
+    WatchIsCreate,
+    /// A compacted or reloaded watch broke its contract (delivery after the end, reload state).
+    WatchCompaction,
+    /// A lease holder believed its lease alive after the server had dropped its keys.
+    LeaseBelief,
+    /// `lost()` fired late (or never) for a lease the server dropped.
+    LeaseLost,
+    /// Two holds of one name overlap in belief.
+    HoldOverlap,
+    /// A fenced write applied while its holder's key did not own the name.
+    FencedWrite,
+    /// A hold was acquired with a key the truth does not show alive.
+    HoldAcquire,
+}
+
+/// One broken property, with the few operations and events that show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Violation {
+    pub property: Property,
+    /// The smallest violating piece of history, one record a line.
+    pub detail: String,
+}
+
+/// How much each checker judged.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Operations checked, by kind and outcome ("put ok", "get unknown", ...).
+    pub ops: BTreeMap<String, usize>,
+    /// Writes with an `Unknown` outcome, and how many of them the truth shows applied.
+    pub unknown_writes: usize,
+    pub unknown_applied: usize,
+    /// Ground-truth events.
+    pub truth_events: usize,
+    /// Keys (partitions) and operations given to the linearizability search.
+    pub linearizable_keys: usize,
+    pub linearizable_ops: usize,
+    /// Wall time of the linearizability search and the states it memoized.
+    pub search_time: Duration,
+    pub states_explored: u64,
+    /// Reads judged against the truth at their revision.
+    pub reads_checked: usize,
+    pub watches: usize,
+    pub watch_events: usize,
+    pub leases: usize,
+    pub lease_keys_dropped: usize,
+    pub holds: usize,
+    pub fenced_puts: usize,
+}
+
+/// At most this many violations of one property are printed: the first ones are the story,
+/// the rest would drown it (they are still counted).
+const SHOWN_PER_PROPERTY: usize = 10;
+
+/// The verdict on one history.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub seed: u64,
+    pub violations: Vec<Violation>,
+    /// Violations beyond [`SHOWN_PER_PROPERTY`], counted by property.
+    pub suppressed: BTreeMap<Property, usize>,
+    pub stats: Stats,
+}
+
+impl Report {
+    /// No property was broken.
+    pub fn is_ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// Whether `property` was reported.
+    pub fn has(&self, property: Property) -> bool {
+        self.violations.iter().any(|v| v.property == property)
+    }
+
+    /// Records a violation.
+    pub fn violation(&mut self, property: Property, detail: impl Into<String>) {
+        let shown = self
+            .violations
+            .iter()
+            .filter(|v| v.property == property)
+            .count();
+        if shown >= SHOWN_PER_PROPERTY {
+            *self.suppressed.entry(property).or_default() += 1;
+            return;
+        }
+        let detail = detail.into();
+        self.violations.push(Violation { property, detail });
+    }
+
+    /// Counts one checked operation of `kind`.
+    pub fn count_op(&mut self, kind: &str) {
+        *self.stats.ops.entry(kind.to_string()).or_default() += 1;
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.stats;
+        let total = self.violations.len() + self.suppressed.values().sum::<usize>();
+        writeln!(f, "seed {}: {} violation(s)", self.seed, total)?;
+        let ops: Vec<String> = s.ops.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        writeln!(f, "  ops: {}", ops.join(", "))?;
+        writeln!(
+            f,
+            "  unknown writes {} (applied {}), truth events {}, reads judged {}",
+            s.unknown_writes, s.unknown_applied, s.truth_events, s.reads_checked
+        )?;
+        writeln!(
+            f,
+            "  linearizability: {} keys, {} ops, {:?}, {} states",
+            s.linearizable_keys, s.linearizable_ops, s.search_time, s.states_explored
+        )?;
+        writeln!(
+            f,
+            "  watches {} ({} events), leases {} ({} keys dropped by the server), holds {} ({} fenced puts)",
+            s.watches, s.watch_events, s.leases, s.lease_keys_dropped, s.holds, s.fenced_puts
+        )?;
+        for v in &self.violations {
+            writeln!(f, "VIOLATION {:?}:", v.property)?;
+            for line in v.detail.lines() {
+                writeln!(f, "    {line}")?;
+            }
+        }
+        for (property, n) in &self.suppressed {
+            writeln!(f, "VIOLATION {property:?}: {n} more not shown")?;
+        }
+        Ok(())
+    }
+}
