@@ -326,8 +326,14 @@ impl Error {
             "auth: authentication failed, password was given for no password user" => {
                 return Error::AuthFailed;
             }
-            // An old auth revision means the token predates a user/role change: renew it.
-            "invalid auth token" | "revision of auth store is old" => {
+            // An old auth revision means the token predates a user/role change: renew it. The
+            // maintenance service (HashKV, Status, ...) passes the auth store's own error
+            // through untranslated ("auth: ...", code Unknown): found by the robustness suite,
+            // whose end-of-run HashKV failed after a token expiry instead of renewing it.
+            "invalid auth token"
+            | "revision of auth store is old"
+            | "auth: invalid auth token"
+            | "auth: revision of auth store is old" => {
                 return Error::InvalidAuthToken;
             }
             "user name is empty" => return Error::AuthRequired,
@@ -455,6 +461,11 @@ mod tests {
         ));
         assert!(matches!(
             map(Status::unauthenticated("etcdserver: invalid auth token")),
+            Error::InvalidAuthToken
+        ));
+        // The maintenance service's untranslated form (HashKV after a token expiry).
+        assert!(matches!(
+            map(Status::unknown("auth: invalid auth token")),
             Error::InvalidAuthToken
         ));
         assert!(matches!(

@@ -173,7 +173,7 @@ async fn inject(
         }
         Fault::Compact => {
             // Only what every collector has: the ground truth must stay complete.
-            let revision = target.collectors.reached_by_all();
+            let revision = target.collectors.received_by_all();
             let r = target.admin.kv().compact(revision, false).await;
             (None, format!("at {revision}: {:?}", r.err()))
         }

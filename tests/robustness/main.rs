@@ -9,7 +9,6 @@
 //! `target/robustness/seed-<S>.json`.
 
 #[path = "../support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 mod check;
@@ -20,6 +19,7 @@ mod run;
 mod truth;
 mod workload;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use run::Config;
@@ -38,48 +38,190 @@ fn seeds() -> Vec<u64> {
     (first..first + count).collect()
 }
 
+/// How long the linearizability search may take per history before that counts as a failure.
+const SEARCH_BUDGET: Duration = Duration::from_secs(60);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_faults_keep_every_guarantee() {
     support::init_tracing();
     let duration = Duration::from_millis(env_u64("ROBUSTNESS_DURATION_MS").unwrap_or(8_000));
     let seeds = seeds();
     println!("robustness: seeds {seeds:?}, {duration:?} of faults each");
-    let mut failed = Vec::new();
+    let mut totals = Totals::default();
     for seed in seeds {
         let config = Config { seed, duration };
         let started = std::time::Instant::now();
-        let verdict = match run::run(config).await {
-            Ok(history) => verify(&history),
-            Err(e) => Err(format!("the run broke down: {e}")),
-        };
-        let took = started.elapsed();
-        match verdict {
-            Ok(summary) => println!("seed {seed}: ok in {took:.1?}: {summary}"),
-            Err(report) => {
+        let history = match run::run(config).await {
+            Ok(history) => history,
+            Err(e) => {
                 println!(
-                    "seed {seed}: FAILED in {took:.1?}\n{report}\nrerun: scripts/robustness --seed {seed}"
+                    "seed {seed}: the run broke down: {e}\nrerun: scripts/robustness --seed {seed}"
                 );
-                failed.push(seed);
+                totals.broken.push(seed);
+                continue;
             }
+        };
+        let report = check::check(&history, SEARCH_BUDGET);
+        totals.add(&history, &report);
+        let took = started.elapsed();
+        if report.is_ok() {
+            if std::env::var_os("ROBUSTNESS_SAVE").is_some() {
+                save(&history);
+            }
+            println!(
+                "seed {seed}: ok in {took:.1?}, faults {:?}",
+                fault_kinds(&history)
+            );
+        } else {
+            let path = save(&history);
+            println!(
+                "seed {seed}: FAILED in {took:.1?}, faults {:?}\n{report}history: {}\nrerun: scripts/robustness --seed {seed}; recheck: scripts/robustness --recheck {}",
+                history.faults,
+                path.display(),
+                path.display()
+            );
         }
     }
-    assert!(failed.is_empty(), "seeds with violations: {failed:?}");
+    println!("{totals}");
+    assert!(
+        totals.failed.is_empty() && totals.broken.is_empty(),
+        "seeds with violations: {:?}; runs that broke down: {:?}",
+        totals.failed,
+        totals.broken
+    );
 }
 
-/// Check a history; a one-line summary, or the report of what is violated (the history is
-/// saved then).
-fn verify(history: &history::History) -> Result<String, String> {
-    let faults: Vec<&str> = history.faults.iter().map(|f| f.kind.as_str()).collect();
-    let summary = format!(
-        "{} ops, {} watches, {} leases, {} holds, {} truth events; faults {faults:?}",
-        history.ops.len(),
-        history.watches.len(),
-        history.leases.len(),
-        history.holds.len(),
-        history.truth.len(),
+/// Check saved histories again (`scripts/robustness --recheck PATH`, a file or a directory of
+/// them): the checkers alone, no cluster.
+#[test]
+#[ignore = "run by scripts/robustness --recheck PATH"]
+fn recheck_saved_histories() {
+    let path = std::env::var("ROBUSTNESS_RECHECK")
+        .expect("ROBUSTNESS_RECHECK names a history file or directory");
+    let path = std::path::PathBuf::from(path);
+    let files: Vec<std::path::PathBuf> = if path.is_dir() {
+        let mut files: Vec<_> = std::fs::read_dir(&path)
+            .expect("read the directory")
+            .map(|e| e.expect("a directory entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        files
+    } else {
+        vec![path]
+    };
+    assert!(
+        !files.is_empty(),
+        "no history (*.json) at {}",
+        std::env::var("ROBUSTNESS_RECHECK").unwrap()
     );
-    save(history);
-    Ok(summary)
+    let mut totals = Totals::default();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read the history");
+        let history: history::History = serde_json::from_str(&text).expect("a history");
+        let report = check::check(&history, SEARCH_BUDGET);
+        totals.add(&history, &report);
+        if report.is_ok() {
+            println!("{}: ok", file.display());
+        } else {
+            println!("{}: FAILED\n{report}", file.display());
+        }
+    }
+    println!("{totals}");
+    assert!(
+        totals.failed.is_empty(),
+        "histories with violations: seeds {:?}",
+        totals.failed
+    );
+}
+
+fn fault_kinds(history: &history::History) -> Vec<&str> {
+    history.faults.iter().map(|f| f.kind.as_str()).collect()
+}
+
+/// What a run of many seeds checked and found, for the closing summary.
+#[derive(Default)]
+struct Totals {
+    seeds: usize,
+    ops: usize,
+    ops_by_kind: BTreeMap<String, usize>,
+    truth_events: usize,
+    watch_events: usize,
+    holds: usize,
+    leases: usize,
+    faults: BTreeMap<String, usize>,
+    violations: BTreeMap<String, Vec<u64>>,
+    failed: Vec<u64>,
+    broken: Vec<u64>,
+    slowest_search: Duration,
+}
+
+impl Totals {
+    fn add(&mut self, history: &history::History, report: &check::Report) {
+        self.seeds += 1;
+        self.ops += history.ops.len();
+        for (kind, n) in &report.stats.ops {
+            *self.ops_by_kind.entry(kind.clone()).or_default() += n;
+        }
+        self.truth_events += report.stats.truth_events;
+        self.watch_events += report.stats.watch_events;
+        self.holds += report.stats.holds;
+        self.leases += report.stats.leases;
+        self.slowest_search = self.slowest_search.max(report.stats.search_time);
+        for fault in &history.faults {
+            *self.faults.entry(fault.kind.clone()).or_default() += 1;
+        }
+        let mut properties: Vec<String> = report
+            .violations
+            .iter()
+            .map(|v| format!("{:?}", v.property))
+            .collect();
+        properties.sort();
+        properties.dedup();
+        for property in properties {
+            self.violations
+                .entry(property)
+                .or_default()
+                .push(history.seed);
+        }
+        if !report.is_ok() {
+            self.failed.push(history.seed);
+        }
+    }
+}
+
+impl std::fmt::Display for Totals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "robustness totals: {} seeds, {} ops recorded",
+            self.seeds, self.ops
+        )?;
+        let ops: Vec<String> = self
+            .ops_by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        writeln!(f, "  ops checked: {}", ops.join(", "))?;
+        writeln!(
+            f,
+            "  truth events {}, watch events {}, holds {}, leases {}, slowest linearizability search {:?}",
+            self.truth_events, self.watch_events, self.holds, self.leases, self.slowest_search
+        )?;
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        writeln!(f, "  faults: {}", faults.join(", "))?;
+        for (property, seeds) in &self.violations {
+            writeln!(f, "  violated {property}: seeds {seeds:?}")?;
+        }
+        if !self.broken.is_empty() {
+            writeln!(f, "  runs that broke down: seeds {:?}", self.broken)?;
+        }
+        Ok(())
+    }
 }
 
 /// Leave the history in `target/robustness/seed-<S>.json`.

@@ -116,11 +116,17 @@ pub async fn run(config: Config) -> Result<History, String> {
     }
 
     // The final write outside the prefix pins the last revision the truth must reach.
-    let tombstone = write_tombstone(&admin, &prefix).await?;
+    let with_faults = |e: String| format!("{e}\nfaults: {faults:?}");
+    let tombstone = write_tombstone(&admin, &prefix)
+        .await
+        .map_err(with_faults)?;
     let truth = collectors
         .finish(tombstone, Duration::from_secs(30))
-        .await?;
-    hashes_agree(&cluster, &admin, tombstone).await?;
+        .await
+        .map_err(with_faults)?;
+    hashes_agree(&cluster, &admin, tombstone)
+        .await
+        .map_err(with_faults)?;
 
     Ok(History {
         seed: config.seed,

@@ -15,13 +15,26 @@ use tokio::task::JoinHandle;
 use crate::history::{EventKind, Nanos, TruthEvent};
 use crate::record::Recorder;
 
-/// What one collector saw: events by revision, and how far it is complete.
+/// What one collector saw: events by revision, and how far it got.
+///
+/// Progress notifications say how far the member's history goes, but etcd before 3.5.8 and
+/// 3.4.24 (etcd issue 15220) can send one before the events it vouches for: so progress only
+/// tells when to stop waiting, never which events to skip, and a collector resumes after the
+/// last *event* it received.
 #[derive(Default)]
 struct Seen {
     /// revision -> the events of that revision, in the order the member sent them.
     events: BTreeMap<i64, Vec<TruthEvent>>,
-    /// Every event up to this revision has been received.
-    reached: i64,
+    /// The highest revision of an event received (or the start).
+    last_event: i64,
+    /// The highest revision a progress notification reported.
+    progress: i64,
+}
+
+impl Seen {
+    fn reached(&self) -> i64 {
+        self.last_event.max(self.progress)
+    }
 }
 
 /// One collector per member.
@@ -45,7 +58,7 @@ impl Collectors {
         let mut tasks = Vec::new();
         for endpoint in endpoints {
             let state = Arc::new(Mutex::new(Seen {
-                reached: start,
+                last_event: start,
                 ..Seen::default()
             }));
             seen.push(state.clone());
@@ -61,11 +74,20 @@ impl Collectors {
         Collectors { seen, tasks, stop }
     }
 
-    /// The lowest revision every collector has reached (what compaction may remove).
-    pub fn reached_by_all(&self) -> i64 {
+    /// The lowest revision every collector has received the events of (what compaction may
+    /// remove without breaking a collector's resume).
+    pub fn received_by_all(&self) -> i64 {
         self.seen
             .iter()
-            .map(|s| s.lock().unwrap().reached)
+            .map(|s| s.lock().unwrap().last_event)
+            .min()
+            .unwrap_or(0)
+    }
+
+    fn reached_by_all(&self) -> i64 {
+        self.seen
+            .iter()
+            .map(|s| s.lock().unwrap().reached())
             .min()
             .unwrap_or(0)
     }
@@ -77,6 +99,9 @@ impl Collectors {
         while self.reached_by_all() < revision && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // Events a premature progress notification ran ahead of (see `Seen`) trail it by far
+        // less than this.
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -84,7 +109,7 @@ impl Collectors {
         let reached: Vec<i64> = self
             .seen
             .iter()
-            .map(|s| s.lock().unwrap().reached)
+            .map(|s| s.lock().unwrap().reached())
             .collect();
         if reached.iter().all(|&r| r < revision) {
             return Err(format!(
@@ -151,7 +176,7 @@ async fn collect(
         };
         // A unary call first: with auth on it renews the token the stream opens with.
         let _ = client.maintenance().status().await;
-        let from = state.lock().unwrap().reached + 1;
+        let from = state.lock().unwrap().last_event + 1;
         let opened = client
             .watch()
             .raw(
@@ -188,26 +213,29 @@ async fn collect(
             let mut s = state.lock().unwrap();
             if response.events.is_empty() {
                 if !response.created {
-                    s.reached = s.reached.max(revision);
+                    s.progress = s.progress.max(revision);
                 }
                 continue;
             }
+            // Events arrive whole per revision (no fragment asked), in revision order; a
+            // revision received before (on an earlier stream) is not taken twice.
+            let mut fresh: BTreeMap<i64, Vec<TruthEvent>> = BTreeMap::new();
             for event in &response.events {
                 let Some(kv) = event.kv.as_ref() else {
                     continue;
                 };
-                if kv.mod_revision <= s.reached {
+                if kv.mod_revision <= s.last_event {
                     continue;
                 }
-                s.events
+                fresh
                     .entry(kv.mod_revision)
                     .or_default()
                     .push(truth_event(event.r#type(), kv, at));
             }
-            // Events arrive whole per revision (no fragment asked), in revision order.
-            if let Some(last) = response.events.last().and_then(|e| e.kv.as_ref()) {
-                s.reached = s.reached.max(last.mod_revision);
+            if let Some(&last) = fresh.keys().last() {
+                s.last_event = last;
             }
+            s.events.extend(fresh);
         }
         pause(&mut stopped).await;
     }

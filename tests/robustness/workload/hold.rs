@@ -90,8 +90,11 @@ pub async fn contender(ctx: Ctx, client: Client, client_id: u32, kind: HoldKind)
     let fenced_key = format!("{}fenced/{kind:?}", ctx.prefix);
     let mut seq = 0u64;
     while !ctx.stopped() {
+        seq += 1;
+        // Candidate values are unique too, like every value the workload writes.
+        let value = format!("c{id}-{seq}");
         let acquired = tokio::select! {
-            held = acquire(&client, kind, &name, id) => held,
+            held = acquire(&client, kind, &name, value) => held,
             () = ctx.until_stopped() => return,
         };
         let Ok(held) = acquired else {
@@ -115,16 +118,22 @@ pub async fn contender(ctx: Ctx, client: Client, client_id: u32, kind: HoldKind)
         };
         let hold_for = tokio::time::sleep(Duration::from_millis(rng.u64(300..2_500)));
         tokio::pin!(hold_for);
+        // The pause between writes is inside the select too: the moment `lost()` fires is the
+        // end of this holder's belief, and it must be recorded then, not after a write.
         let release = loop {
             seq += 1;
             let write = fenced_put(&ctx, &client, &held, &fenced_key, hold, process, id, seq);
+            let pause = Duration::from_millis(rng.u64(20..100));
+            let step = async {
+                write.await;
+                tokio::time::sleep(pause).await;
+            };
             tokio::select! {
                 () = held.lost() => break Some(Release::Lost),
                 () = &mut hold_for => break Some(Release::Resigned),
                 () = ctx.until_stopped() => break None,
-                () = write => {}
+                () = step => {}
             }
-            tokio::time::sleep(Duration::from_millis(rng.u64(20..100))).await;
         };
         let released_at = ctx.recorder.now();
         if let Some(release) = release {
@@ -143,12 +152,17 @@ pub async fn contender(ctx: Ctx, client: Client, client_id: u32, kind: HoldKind)
     }
 }
 
-async fn acquire(client: &Client, kind: HoldKind, name: &str, id: u32) -> etcd_ha::Result<Held> {
+async fn acquire(
+    client: &Client,
+    kind: HoldKind,
+    name: &str,
+    value: String,
+) -> etcd_ha::Result<Held> {
     Ok(match kind {
         HoldKind::Election => {
             let session = Session::new(client, TTL).await?;
             let leader = Election::new(client, name.trim_end_matches('/'))
-                .campaign(&session, format!("c{id}"))
+                .campaign(&session, value)
                 .await?;
             Held::Election(leader, session)
         }
@@ -160,7 +174,7 @@ async fn acquire(client: &Client, kind: HoldKind, name: &str, id: u32) -> etcd_h
             Held::Mutex(guard, session)
         }
         HoldKind::Leadership => Held::Leadership(
-            Leadership::new(client, name, format!("c{id}"))
+            Leadership::new(client, name, value)
                 .with_ttl(TTL)
                 .without_campaign_limit()
                 .acquire()
