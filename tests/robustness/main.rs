@@ -46,6 +46,7 @@ async fn seeded_faults_keep_every_guarantee() {
     support::init_tracing();
     let duration = Duration::from_millis(env_u64("ROBUSTNESS_DURATION_MS").unwrap_or(8_000));
     let seeds = seeds();
+    let requested = seeds.len();
     println!("robustness: seeds {seeds:?}, {duration:?} of faults each");
     let mut totals = Totals::default();
     for seed in seeds {
@@ -53,6 +54,12 @@ async fn seeded_faults_keep_every_guarantee() {
         let started = std::time::Instant::now();
         let history = match run::run(config).await {
             Ok(history) => history,
+            Err(e) if e.starts_with(run::ETCD_13766) => {
+                // The cluster itself lost consistency; the client cannot be judged against it.
+                println!("seed {seed}: NOT JUDGED: {e}\nrerun: scripts/robustness --seed {seed}");
+                totals.etcd_diverged.push(seed);
+                continue;
+            }
             Err(e) => {
                 println!(
                     "seed {seed}: the run broke down: {e}\nrerun: scripts/robustness --seed {seed}"
@@ -83,6 +90,11 @@ async fn seeded_faults_keep_every_guarantee() {
         }
     }
     println!("{totals}");
+    assert!(
+        totals.seeds * 2 >= requested,
+        "only {} of {requested} seeds could be judged",
+        totals.seeds
+    );
     assert!(
         totals.failed.is_empty() && totals.broken.is_empty(),
         "seeds with violations: {:?}; runs that broke down: {:?}",
@@ -153,6 +165,8 @@ struct Totals {
     violations: BTreeMap<String, Vec<u64>>,
     failed: Vec<u64>,
     broken: Vec<u64>,
+    /// Seeds whose cluster diverged through etcd's own bug (see `run::ETCD_13766`).
+    etcd_diverged: Vec<u64>,
     slowest_search: Duration,
 }
 
@@ -216,6 +230,13 @@ impl std::fmt::Display for Totals {
         writeln!(f, "  faults: {}", faults.join(", "))?;
         for (property, seeds) in &self.violations {
             writeln!(f, "  violated {property}: seeds {seeds:?}")?;
+        }
+        if !self.etcd_diverged.is_empty() {
+            writeln!(
+                f,
+                "  not judged, etcd's own divergence (etcd issue 13766): seeds {:?}",
+                self.etcd_diverged
+            )?;
         }
         if !self.broken.is_empty() {
             writeln!(f, "  runs that broke down: seeds {:?}", self.broken)?;
