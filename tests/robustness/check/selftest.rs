@@ -14,9 +14,21 @@ use crate::history::{
     Batch, Delivery, EventKind, History, Outcome, Request, Response, TruthEvent, WatchLog,
 };
 
-/// The valid history the bugs are planted into.
+/// The simulated valid history (every outcome, by construction).
 fn valid() -> History {
     valid_history()
+}
+
+/// A real history, recorded by the harness from a 3-member etcd 3.5.1 cluster under faults
+/// (seed 7, see `fixtures/README.md`), that passes every check.
+fn recorded() -> History {
+    let text = include_str!("../fixtures/recorded.json");
+    serde_json::from_str(text).expect("the recorded fixture is a history")
+}
+
+/// Every valid history a bug is planted into: each planted bug must be caught in both.
+fn valids() -> [(&'static str, History); 2] {
+    [("simulated", valid()), ("recorded", recorded())]
 }
 
 fn run(h: &History) -> Report {
@@ -58,6 +70,15 @@ fn the_valid_history_passes_every_check() {
 }
 
 #[test]
+fn the_recorded_history_passes_every_check() {
+    let report = run(&recorded());
+    println!("{report}");
+    assert!(report.is_ok(), "{report}");
+    let s = &report.stats;
+    assert!(s.linearizable_ops > 500 && s.watch_events > 500 && s.holds > 5, "{report}");
+}
+
+#[test]
 fn the_valid_history_survives_json() {
     let json = serde_json::to_string(&valid()).unwrap();
     let h: History = serde_json::from_str(&json).unwrap();
@@ -85,144 +106,156 @@ fn applied_write(h: &History, ok_only: bool) -> (usize, TruthEvent) {
 
 #[test]
 fn a_resent_write_is_a_duplicate() {
-    let mut h = valid();
-    let (_, e) = applied_write(&h, false);
-    // The same value applied again later, as a re-sent put would: a consistent next event.
-    let last = h
-        .truth
-        .iter()
-        .rev()
-        .find(|t| t.key == e.key)
-        .cloned()
-        .unwrap();
-    let revision = h.truth.last().unwrap().revision + 1;
-    let (create_revision, version) = match last.kind {
-        EventKind::Put => (last.create_revision, last.version + 1),
-        EventKind::Delete => (revision, 1),
-    };
-    let seen_at = h.truth.last().unwrap().seen_at + 1;
-    h.truth.push(TruthEvent {
-        revision,
-        create_revision,
-        version,
-        seen_at,
-        ..e
-    });
-    caught(&h, Property::DuplicateWrite);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (_, e) = applied_write(&h, false);
+        // The same value applied again later, as a re-sent put would: a consistent next event.
+        let last = h
+            .truth
+            .iter()
+            .rev()
+            .find(|t| t.key == e.key)
+            .cloned()
+            .unwrap();
+        let revision = h.truth.last().unwrap().revision + 1;
+        let (create_revision, version) = match last.kind {
+            EventKind::Put => (last.create_revision, last.version + 1),
+            EventKind::Delete => (revision, 1),
+        };
+        let seen_at = h.truth.last().unwrap().seen_at + 1;
+        h.truth.push(TruthEvent {
+            revision,
+            create_revision,
+            version,
+            seen_at,
+            ..e
+        });
+        caught(&h, Property::DuplicateWrite);
+    }
 }
 
 #[test]
 fn a_stale_linearizable_read_is_caught() {
-    let mut h = valid();
-    // A read invoked after some acknowledged write, answered from before the workload.
-    let done = |h: &History, i: usize| {
-        h.ops.iter().any(|a| {
-            a.ret < h.ops[i].invoke
-                && matches!(&a.outcome, Outcome::Ok(r) if r.revision() > h.start_revision)
-        })
-    };
-    let i = (0..h.ops.len())
-        .find(|&i| {
-            matches!(
-                h.ops[i].request,
-                Request::Get {
-                    serializable: false,
-                    ..
-                }
-            ) && matches!(h.ops[i].outcome, Outcome::Ok(_))
-                && done(&h, i)
-        })
-        .expect("a linearizable read");
-    let start = h.start_revision;
-    h.ops[i].outcome = Outcome::Ok(Response::Get {
-        revision: start,
-        value: None,
-        mod_revision: 0,
-    });
-    caught(&h, Property::StaleRead);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        // A read invoked after some acknowledged write, answered from before the workload.
+        let done = |h: &History, i: usize| {
+            h.ops.iter().any(|a| {
+                a.ret < h.ops[i].invoke
+                    && matches!(&a.outcome, Outcome::Ok(r) if r.revision() > h.start_revision)
+            })
+        };
+        let i = (0..h.ops.len())
+            .find(|&i| {
+                matches!(
+                    h.ops[i].request,
+                    Request::Get {
+                        serializable: false,
+                        ..
+                    }
+                ) && matches!(h.ops[i].outcome, Outcome::Ok(_))
+                    && done(&h, i)
+            })
+            .expect("a linearizable read");
+        let start = h.start_revision;
+        h.ops[i].outcome = Outcome::Ok(Response::Get {
+            revision: start,
+            value: None,
+            mod_revision: 0,
+        });
+        caught(&h, Property::StaleRead);
+    }
 }
 
 #[test]
 fn a_lost_acknowledged_write_is_caught() {
-    let mut h = valid();
-    let (_, e) = applied_write(&h, true);
-    // The truth never had it: its event becomes someone else's value.
-    let stranger = h
-        .truth
-        .iter_mut()
-        .find(|t| t.revision == e.revision && t.key == e.key)
-        .unwrap();
-    stranger.value = Some("written by nobody".into());
-    caught(&h, Property::LostWrite);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (_, e) = applied_write(&h, true);
+        // The truth never had it: its event becomes someone else's value.
+        let stranger = h
+            .truth
+            .iter_mut()
+            .find(|t| t.revision == e.revision && t.key == e.key)
+            .unwrap();
+        stranger.value = Some("written by nobody".into());
+        caught(&h, Property::LostWrite);
+    }
 }
 
 #[test]
 fn a_failed_write_that_applied_is_caught() {
-    let mut h = valid();
-    let (i, _) = applied_write(&h, true);
-    h.ops[i].outcome = Outcome::Fail {
-        error: "misclassified timeout".into(),
-    };
-    caught(&h, Property::FailedWriteApplied);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (i, _) = applied_write(&h, true);
+        h.ops[i].outcome = Outcome::Fail {
+            error: "misclassified timeout".into(),
+        };
+        caught(&h, Property::FailedWriteApplied);
+    }
 }
 
 #[test]
 fn a_non_linearizable_key_only_the_search_sees() {
-    let mut h = valid();
-    // A refused cas reads a value its key never had at any time: nothing but the register
-    // model looks at what a refused cas read.
-    let op = h
-        .ops
-        .iter_mut()
-        .find(|op| {
-            matches!(
-                op.outcome,
-                Outcome::Ok(Response::Cas {
-                    succeeded: false,
-                    ..
-                })
-            )
-        })
-        .expect("a refused cas");
-    if let Outcome::Ok(Response::Cas { value, .. }) = &mut op.outcome {
-        *value = Some("a value from nowhere".into());
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        // A refused cas reads a value its key never had at any time: nothing but the register
+        // model looks at what a refused cas read.
+        let op = h
+            .ops
+            .iter_mut()
+            .find(|op| {
+                matches!(
+                    op.outcome,
+                    Outcome::Ok(Response::Cas {
+                        succeeded: false,
+                        ..
+                    })
+                )
+            })
+            .expect("a refused cas");
+        if let Outcome::Ok(Response::Cas { value, .. }) = &mut op.outcome {
+            *value = Some("a value from nowhere".into());
+        }
+        let report = caught(&h, Property::Linearizability);
+        assert!(
+            report
+                .violations
+                .iter()
+                .all(|v| v.property == Property::Linearizability),
+            "{report}"
+        );
     }
-    let report = caught(&h, Property::Linearizability);
-    assert!(
-        report
-            .violations
-            .iter()
-            .all(|v| v.property == Property::Linearizability),
-        "{report}"
-    );
 }
 
 #[test]
 fn a_stale_serializable_read_is_caught() {
-    let mut h = valid();
-    // Claim the newest revision while keeping the old answer of a key that changed since.
-    let newest = h.truth.last().unwrap().revision;
-    let op = h
-        .ops
-        .iter_mut()
-        .find(|op| match (&op.request, &op.outcome) {
-            (
-                Request::Get {
-                    key,
-                    serializable: true,
-                },
-                Outcome::Ok(Response::Get { revision, .. }),
-            ) => h
-                .truth
-                .iter()
-                .any(|e| &e.key == key && e.revision > *revision),
-            _ => false,
-        })
-        .expect("a serializable read of a key that changed later");
-    if let Outcome::Ok(Response::Get { revision, .. }) = &mut op.outcome {
-        *revision = newest;
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        // Claim the newest revision while keeping the old answer of a key that changed since.
+        let newest = h.truth.last().unwrap().revision;
+        let op = h
+            .ops
+            .iter_mut()
+            .find(|op| match (&op.request, &op.outcome) {
+                (
+                    Request::Get {
+                        key,
+                        serializable: true,
+                    },
+                    Outcome::Ok(Response::Get { revision, .. }),
+                ) => h
+                    .truth
+                    .iter()
+                    .any(|e| &e.key == key && e.revision > *revision),
+                _ => false,
+            })
+            .expect("a serializable read of a key that changed later");
+        if let Outcome::Ok(Response::Get { revision, .. }) = &mut op.outcome {
+            *revision = newest;
+        }
+        caught(&h, Property::SerializableRead);
     }
-    caught(&h, Property::SerializableRead);
 }
 
 /// The first watch with an events delivery matching `pick` (watch, delivery index).
@@ -255,73 +288,83 @@ fn followed_by_events(w: &WatchLog, i: usize) -> bool {
 
 #[test]
 fn a_dropped_watch_event_is_caught() {
-    let mut h = valid();
-    let (w, i) = find_delivery(&mut h, followed_by_events);
-    // Drop the whole first revision of the delivery (so it is a gap, not a split).
-    if let Batch::Events { events, .. } = &mut w.deliveries[i].batch {
-        let r = events[0].revision;
-        events.retain(|e| e.revision != r);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (w, i) = find_delivery(&mut h, followed_by_events);
+        // Drop the whole first revision of the delivery (so it is a gap, not a split).
+        if let Batch::Events { events, .. } = &mut w.deliveries[i].batch {
+            let r = events[0].revision;
+            events.retain(|e| e.revision != r);
+        }
+        caught(&h, Property::WatchReliable);
     }
-    caught(&h, Property::WatchReliable);
 }
 
 #[test]
 fn a_duplicated_watch_event_is_caught() {
-    let mut h = valid();
-    let (w, i) = find_delivery(&mut h, |w, i| !events(&w.deliveries[i]).is_empty());
-    let again = w.deliveries[i].clone();
-    w.deliveries.insert(i + 1, again);
-    caught(&h, Property::WatchUnique);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (w, i) = find_delivery(&mut h, |w, i| !events(&w.deliveries[i]).is_empty());
+        let again = w.deliveries[i].clone();
+        w.deliveries.insert(i + 1, again);
+        caught(&h, Property::WatchUnique);
+    }
 }
 
 #[test]
 fn reordered_watch_events_are_caught() {
-    let mut h = valid();
-    let (w, i) = find_delivery(&mut h, followed_by_events);
-    let j = (i + 1..w.deliveries.len())
-        .find(|&j| !events(&w.deliveries[j]).is_empty())
-        .unwrap();
-    w.deliveries.swap(i, j);
-    caught(&h, Property::WatchOrdered);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (w, i) = find_delivery(&mut h, followed_by_events);
+        let j = (i + 1..w.deliveries.len())
+            .find(|&j| !events(&w.deliveries[j]).is_empty())
+            .unwrap();
+        w.deliveries.swap(i, j);
+        caught(&h, Property::WatchOrdered);
+    }
 }
 
 #[test]
 fn a_split_revision_is_caught() {
-    let mut h = valid();
-    let shared = |w: &WatchLog, i: usize| {
-        let e = events(&w.deliveries[i]);
-        e.windows(2).any(|p| p[0].revision == p[1].revision)
-    };
-    let (w, i) = find_delivery(&mut h, shared);
-    let mut second = w.deliveries[i].clone();
-    if let (Batch::Events { events, .. }, Batch::Events { events: rest, .. }) =
-        (&mut w.deliveries[i].batch, &mut second.batch)
-    {
-        let k = events
-            .windows(2)
-            .position(|p| p[0].revision == p[1].revision)
-            .unwrap()
-            + 1;
-        *rest = events.split_off(k);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let shared = |w: &WatchLog, i: usize| {
+            let e = events(&w.deliveries[i]);
+            e.windows(2).any(|p| p[0].revision == p[1].revision)
+        };
+        let (w, i) = find_delivery(&mut h, shared);
+        let mut second = w.deliveries[i].clone();
+        if let (Batch::Events { events, .. }, Batch::Events { events: rest, .. }) =
+            (&mut w.deliveries[i].batch, &mut second.batch)
+        {
+            let k = events
+                .windows(2)
+                .position(|p| p[0].revision == p[1].revision)
+                .unwrap()
+                + 1;
+            *rest = events.split_off(k);
+        }
+        w.deliveries.insert(i + 1, second);
+        caught(&h, Property::WatchAtomic);
     }
-    w.deliveries.insert(i + 1, second);
-    caught(&h, Property::WatchAtomic);
 }
 
 #[test]
 fn a_progress_before_its_events_is_caught() {
-    let mut h = valid();
-    let (w, i) = find_delivery(&mut h, |w, i| !events(&w.deliveries[i]).is_empty());
-    let revision = events(&w.deliveries[i]).last().unwrap().revision;
-    let at = w.deliveries[i].at;
-    w.deliveries.insert(
-        i,
-        Delivery {
-            at,
-            batch: Batch::Progress { revision },
-        },
-    );
-    caught(&h, Property::WatchBookmarkable);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (w, i) = find_delivery(&mut h, |w, i| !events(&w.deliveries[i]).is_empty());
+        let revision = events(&w.deliveries[i]).last().unwrap().revision;
+        let at = w.deliveries[i].at;
+        w.deliveries.insert(
+            i,
+            Delivery {
+                at,
+                batch: Batch::Progress { revision },
+            },
+        );
+        caught(&h, Property::WatchBookmarkable);
+    }
 }
 
 /// When the server dropped a lease's key (the `seen_at` of its delete), and the lease's index.
@@ -341,22 +384,26 @@ fn dropped_lease(h: &History) -> (usize, u64) {
 
 #[test]
 fn a_lease_believed_alive_after_the_server_dropped_it_is_caught() {
-    let mut h = valid();
-    let (l, t) = dropped_lease(&h);
-    let belief = crate::history::Belief {
-        at: t - 1_000_000,
-        until: t + 500_000_000,
-    };
-    h.leases[l].beliefs.push(belief);
-    caught(&h, Property::LeaseBelief);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (l, t) = dropped_lease(&h);
+        let belief = crate::history::Belief {
+            at: t - 1_000_000,
+            until: t + 500_000_000,
+        };
+        h.leases[l].beliefs.push(belief);
+        caught(&h, Property::LeaseBelief);
+    }
 }
 
 #[test]
 fn a_late_lost_is_caught() {
-    let mut h = valid();
-    let (l, t) = dropped_lease(&h);
-    h.leases[l].lost_at = Some(t + 1_000_000_000);
-    caught(&h, Property::LeaseLost);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (l, t) = dropped_lease(&h);
+        h.leases[l].lost_at = Some(t + 1_000_000_000);
+        caught(&h, Property::LeaseLost);
+    }
 }
 
 /// Two holds of one name, in acquire order.
@@ -373,35 +420,39 @@ fn two_holds(h: &History) -> (usize, usize) {
 
 #[test]
 fn overlapping_holders_are_caught() {
-    let mut h = valid();
-    let (a, b) = two_holds(&h);
-    h.holds[a].released_at = Some(h.holds[b].acquired_at + 1_000_000);
-    caught(&h, Property::HoldOverlap);
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (a, b) = two_holds(&h);
+        h.holds[a].released_at = Some(h.holds[b].acquired_at + 1_000_000);
+        caught(&h, Property::HoldOverlap);
+    }
 }
 
 #[test]
 fn a_fenced_put_by_an_ex_holder_that_succeeded_is_caught() {
-    let mut h = valid();
-    let (a, b) = two_holds(&h);
-    // A put the new holder made, re-attributed to the old one: applied after the handover.
-    let op = h
-        .ops
-        .iter_mut()
-        .find(|op| {
-            matches!(op.request, Request::FencedPut { hold, .. } if hold == b)
-                && matches!(
-                    op.outcome,
-                    Outcome::Ok(Response::Fenced {
-                        succeeded: true,
-                        ..
-                    })
-                )
-        })
-        .expect("a fenced put of the later holder");
-    if let Request::FencedPut { hold, .. } = &mut op.request {
-        *hold = a;
+    for (source, mut h) in valids() {
+        println!("planted into the {source} history");
+        let (a, b) = two_holds(&h);
+        // A put the new holder made, re-attributed to the old one: applied after the handover.
+        let op = h
+            .ops
+            .iter_mut()
+            .find(|op| {
+                matches!(op.request, Request::FencedPut { hold, .. } if hold == b)
+                    && matches!(
+                        op.outcome,
+                        Outcome::Ok(Response::Fenced {
+                            succeeded: true,
+                            ..
+                        })
+                    )
+            })
+            .expect("a fenced put of the later holder");
+        if let Request::FencedPut { hold, .. } = &mut op.request {
+            *hold = a;
+        }
+        caught(&h, Property::FencedWrite);
     }
-    caught(&h, Property::FencedWrite);
 }
 
 #[test]
