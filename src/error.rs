@@ -45,7 +45,7 @@ pub enum Error {
     /// An endpoint is not a usable URL (`http://host:port`, `https://host:port` or `host:port`).
     #[error("invalid endpoint {endpoint:?}: {reason}")]
     InvalidEndpoint {
-        /// The endpoint as given.
+        /// The endpoint as given, less any `user:password@` and query (never shown).
         endpoint: String,
         /// What is wrong with it.
         reason: &'static str,

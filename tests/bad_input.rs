@@ -71,6 +71,28 @@ async fn malformed_endpoints_and_options_are_refused_before_dialling() {
             "{bad:?} was slow"
         );
     }
+    // Credentials (or a token in a query) in an endpoint are refused, and never echoed.
+    for (bad, secret) in [
+        ("http://alice:s3cret@127.0.0.1:0/x", "s3cret"),
+        ("http://alice:s3cret@127.0.0.1:2379", "s3cret"),
+        ("alice:s3cret@127.0.0.1:2379", "s3cret"),
+        ("https://alice:p@ss/w?rd@127.0.0.1:1", "p@ss/w?rd"),
+        ("http://alice:s3cret@", "s3cret"),
+        ("gopher://alice:s3cret@h", "s3cret"),
+        ("http://127.0.0.1:1/?token=tok.s3cret", "tok.s3cret"),
+    ] {
+        let result = Client::connect([hang.as_str(), bad], Options::new()).await;
+        let Err(err) = result else {
+            panic!("{bad:?} was accepted")
+        };
+        assert!(
+            matches!(err, Error::InvalidEndpoint { .. }),
+            "{bad:?}: {err:?}"
+        );
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(!shown.contains(secret), "{bad:?} leaks: {shown}");
+        }
+    }
     // http:// while TLS is configured would send plaintext to a TLS port: refused too.
     let tls = Options::new().with_tls(etcd_ha::TlsOptions::new());
     let result = Client::connect(["http://127.0.0.1:2379"], tls).await;

@@ -237,8 +237,8 @@ impl Transport {
         let normalized = endpoint::normalize(url, self.options.tls.is_some())?;
         self.balancer
             .endpoint(&normalized)
-            .ok_or(Error::InvalidEndpoint {
-                endpoint: url.to_owned(),
+            .ok_or_else(|| Error::InvalidEndpoint {
+                endpoint: endpoint::redact(url),
                 reason: "not one of the client's endpoints",
             })
     }
