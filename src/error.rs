@@ -139,6 +139,14 @@ pub enum Error {
     #[error("lease already exists")]
     LeaseExists,
 
+    /// A lease TTL above etcd's maximum ([`MAX_LEASE_TTL`](crate::MAX_LEASE_TTL) seconds), refused
+    /// by the client before it is sent, or by etcd (`etcdserver: too large lease TTL`).
+    #[error("lease TTL is too large (at most {max_secs} s)")]
+    LeaseTtlTooLarge {
+        /// The largest TTL etcd grants, in seconds.
+        max_secs: i64,
+    },
+
     /// `etcdserver: no leader`: the member has no raft leader (partitioned or electing).
     #[error("etcd member has no leader")]
     NoLeader,
@@ -313,6 +321,11 @@ impl Error {
             "mvcc: required revision is a future revision" => return Error::FutureRevision,
             "requested lease not found" => return Error::LeaseNotFound,
             "lease already exists" => return Error::LeaseExists,
+            "too large lease TTL" => {
+                return Error::LeaseTtlTooLarge {
+                    max_secs: crate::MAX_LEASE_TTL,
+                };
+            }
             "no leader" => return Error::NoLeader,
             "leader changed" => return Error::LeaderChanged,
             "raft proposal dropped" => return Error::ProposalDropped,

@@ -137,7 +137,7 @@ pub use election::Election;
 pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
 pub use events::{EndpointEvent, EndpointEvents};
-pub use keeper::{Keeper, KeptLease};
+pub use keeper::{Keeper, KeptLease, MAX_LEASE_TTL};
 pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
 pub use lease::{KeepAliveSender, Lease};
 pub use lock::Lock;
