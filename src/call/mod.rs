@@ -307,6 +307,13 @@ impl Transport {
         self.token.is_some()
     }
 
+    /// The generation of the token held now (0 without credentials): a stream opened before
+    /// this was read carries this token or an older one, so renewing this generation replaces
+    /// whatever token the stream carries.
+    pub(crate) fn token_generation(&self) -> u64 {
+        self.token.as_ref().map_or(0, TokenCell::generation)
+    }
+
     /// After losing the leader, wait (bounded by the leader grace and the deadline) until a new
     /// one is known, so that a leader-bound call is not sent to a follower that would forward it
     /// to the lost leader and hang. Waits on the leader view's changes; probes are woken so the
