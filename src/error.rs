@@ -230,6 +230,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// A managed watch's response in fragments, or its reload after a compaction
+    /// ([`with_reload_on_compaction`](crate::WatchOptions::with_reload_on_compaction)), came to
+    /// more than the client accepts for one response
+    /// ([`Options::with_max_response_bytes`](crate::Options::with_max_response_bytes)). That
+    /// watch ends; the others on the same stream go on.
+    #[error("watch response or reload larger than {limit} bytes")]
+    WatchTooLarge {
+        /// The cap, in bytes.
+        limit: usize,
+    },
+
     /// A write guarded by a [`Fence`](crate::concurrency::Fence) did not happen because the
     /// holder's key no longer exists with its create revision: the leadership or lock it
     /// guards was lost (for example [`Leader::proclaim`](crate::concurrency::Leader::proclaim)

@@ -209,7 +209,9 @@ impl Options {
         self
     }
 
-    /// Largest response message accepted. Default 512 MiB.
+    /// Largest response message accepted. Default 512 MiB. It also caps what a managed watch
+    /// holds at once: a response in fragments, reassembled, and a reload after a compaction
+    /// ([`Error::WatchTooLarge`] beyond it).
     ///
     /// ```
     /// let o = etcd_ha::Options::new().with_max_response_bytes(64 << 20);

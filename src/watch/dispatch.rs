@@ -55,12 +55,22 @@ impl HubTask {
             let Some(entry) = self.entries.get_mut(&key) else {
                 return;
             };
-            if let Some((last, events)) = entry.cursor.events(response.events, response.fragment) {
-                let batch = WatchBatch::Events {
-                    revision: last,
-                    events,
-                };
-                self.deliver(up, key, batch, last);
+            match entry.cursor.events(response.events, response.fragment) {
+                Ok(Some((last, events))) => {
+                    let batch = WatchBatch::Events {
+                        revision: last,
+                        events,
+                    };
+                    self.deliver(up, key, batch, last);
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    // This watch alone ends; the stream and its other watches go on.
+                    tracing::warn!(%error, "watch response over the size cap; the watch ends");
+                    up.ids.remove(&response.watch_id);
+                    up.outbox.push_back(cancel_request(response.watch_id));
+                    self.end(key, Err(error));
+                }
             }
             return;
         }

@@ -276,6 +276,9 @@ pub(super) struct HubTask {
     pub(super) generation: u64,
     /// Opens the stream and judges its member (the same rules as the lease keeper's).
     pub(super) supervisor: Supervisor,
+    /// Most bytes one watch's reassembled response or reload may take (the client's largest
+    /// response).
+    pub(super) max_bytes: usize,
     /// Wakes the task when an endpoint's health changes, so that the stream leaves an ejected
     /// or leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
@@ -300,6 +303,7 @@ impl HubTask {
             next_watch_id: 1,
             generation: 0,
             supervisor: Supervisor::new(transport),
+            max_bytes: transport.options.max_response_bytes,
             health: transport.health_changes(),
         }
     }
@@ -388,7 +392,7 @@ impl HubTask {
                 } = *new;
                 let entry = Entry {
                     progress: create.progress_notify,
-                    cursor: Cursor::new(create.start_revision),
+                    cursor: Cursor::new(create.start_revision, self.max_bytes),
                     create,
                     reload,
                     tx,
