@@ -116,7 +116,9 @@ async fn route(
         Some(rpc) => {
             // Right after losing the leader, followers would forward to it and hang: wait for
             // the next one, within the caller's gRPC deadline when it set one.
-            let deadline = grpc_timeout(request.headers()).map(|t| Instant::now() + t);
+            // The caller's header may name a deadline too far away to add: then it is none.
+            let deadline =
+                grpc_timeout(request.headers()).and_then(|t| Instant::now().checked_add(t));
             transport.await_leader(rpc.route(), deadline).await;
             let mut metadata = MetadataMap::from_headers(std::mem::take(request.headers_mut()));
             let decorated = transport.decorate_metadata(rpc, None, &mut metadata);

@@ -45,7 +45,7 @@ pub enum Error {
     /// An endpoint is not a usable URL (`http://host:port`, `https://host:port` or `host:port`).
     #[error("invalid endpoint {endpoint:?}: {reason}")]
     InvalidEndpoint {
-        /// The endpoint as given.
+        /// The endpoint as given, less any `user:password@` and query (never shown).
         endpoint: String,
         /// What is wrong with it.
         reason: &'static str,
@@ -139,6 +139,14 @@ pub enum Error {
     #[error("lease already exists")]
     LeaseExists,
 
+    /// A lease TTL above etcd's maximum ([`MAX_LEASE_TTL`](crate::MAX_LEASE_TTL) seconds), refused
+    /// by the client before it is sent, or by etcd (`etcdserver: too large lease TTL`).
+    #[error("lease TTL is too large (at most {max_secs} s)")]
+    LeaseTtlTooLarge {
+        /// The largest TTL etcd grants, in seconds.
+        max_secs: i64,
+    },
+
     /// `etcdserver: no leader`: the member has no raft leader (partitioned or electing).
     #[error("etcd member has no leader")]
     NoLeader,
@@ -220,6 +228,17 @@ pub enum Error {
         watch_id: i64,
         /// The server's `cancel_reason`.
         reason: String,
+    },
+
+    /// A managed watch's response in fragments, or its reload after a compaction
+    /// ([`with_reload_on_compaction`](crate::WatchOptions::with_reload_on_compaction)), came to
+    /// more than the client accepts for one response
+    /// ([`Options::with_max_response_bytes`](crate::Options::with_max_response_bytes)). That
+    /// watch ends; the others on the same stream go on.
+    #[error("watch response or reload larger than {limit} bytes")]
+    WatchTooLarge {
+        /// The cap, in bytes.
+        limit: usize,
     },
 
     /// A write guarded by a [`Fence`](crate::concurrency::Fence) did not happen because the
@@ -313,6 +332,11 @@ impl Error {
             "mvcc: required revision is a future revision" => return Error::FutureRevision,
             "requested lease not found" => return Error::LeaseNotFound,
             "lease already exists" => return Error::LeaseExists,
+            "too large lease TTL" => {
+                return Error::LeaseTtlTooLarge {
+                    max_secs: crate::MAX_LEASE_TTL,
+                };
+            }
             "no leader" => return Error::NoLeader,
             "leader changed" => return Error::LeaderChanged,
             "raft proposal dropped" => return Error::ProposalDropped,

@@ -44,7 +44,8 @@ impl Lease {
     /// Grant a lease of `ttl` seconds, with this id or one chosen by the server.
     ///
     /// etcd raises TTLs below its minimum (1.5 x election timeout, 2 s by default); the granted
-    /// TTL is in the response.
+    /// TTL is in the response. A TTL above [`MAX_LEASE_TTL`](crate::MAX_LEASE_TTL) is refused
+    /// with [`Error::LeaseTtlTooLarge`](crate::Error::LeaseTtlTooLarge) before it is sent.
     ///
     /// ```no_run
     /// # async fn demo(lease: etcd_ha::Lease) -> etcd_ha::Result<()> {
@@ -55,7 +56,7 @@ impl Lease {
     /// ```
     pub async fn grant(&self, ttl: i64, id: Option<i64>) -> Result<LeaseGrantResponse> {
         let request = LeaseGrantRequest {
-            ttl,
+            ttl: crate::keeper::checked_ttl_secs(ttl)?,
             id: id.unwrap_or(0),
         };
         self.transport

@@ -139,7 +139,7 @@ pub use election::Election;
 pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
 pub use events::{EndpointEvent, EndpointEvents};
-pub use keeper::{Keeper, KeptLease};
+pub use keeper::{Keeper, KeptLease, MAX_LEASE_TTL};
 pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
 pub use lease::{KeepAliveSender, Lease};
 pub use lock::Lock;
@@ -148,7 +148,7 @@ pub use options::{
     DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_KEEPALIVE_TIMEOUT, DEFAULT_LEADER_GRACE, DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MEMBER_SYNC_INTERVAL, DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT,
-    DEFAULT_REQUEST_TIMEOUT, Options, TlsOptions,
+    DEFAULT_REQUEST_TIMEOUT, MAX_INTERVAL, MAX_TIMEOUT, Options, TlsOptions,
 };
 pub use rpc::Route;
 pub use session::Session;

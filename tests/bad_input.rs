@@ -71,6 +71,28 @@ async fn malformed_endpoints_and_options_are_refused_before_dialling() {
             "{bad:?} was slow"
         );
     }
+    // Credentials (or a token in a query) in an endpoint are refused, and never echoed.
+    for (bad, secret) in [
+        ("http://alice:s3cret@127.0.0.1:0/x", "s3cret"),
+        ("http://alice:s3cret@127.0.0.1:2379", "s3cret"),
+        ("alice:s3cret@127.0.0.1:2379", "s3cret"),
+        ("https://alice:p@ss/w?rd@127.0.0.1:1", "p@ss/w?rd"),
+        ("http://alice:s3cret@", "s3cret"),
+        ("gopher://alice:s3cret@h", "s3cret"),
+        ("http://127.0.0.1:1/?token=tok.s3cret", "tok.s3cret"),
+    ] {
+        let result = Client::connect([hang.as_str(), bad], Options::new()).await;
+        let Err(err) = result else {
+            panic!("{bad:?} was accepted")
+        };
+        assert!(
+            matches!(err, Error::InvalidEndpoint { .. }),
+            "{bad:?}: {err:?}"
+        );
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(!shown.contains(secret), "{bad:?} leaks: {shown}");
+        }
+    }
     // http:// while TLS is configured would send plaintext to a TLS port: refused too.
     let tls = Options::new().with_tls(etcd_ha::TlsOptions::new());
     let result = Client::connect(["http://127.0.0.1:2379"], tls).await;
@@ -374,4 +396,117 @@ async fn dying_members_give_retryable_errors_and_the_client_recovers() {
         .await
         .unwrap();
     assert!(put.header.unwrap().revision > got.header.unwrap().revision);
+}
+
+/// Issue 9, defect 3: every duration option at its documented maximum works (the client
+/// connects, writes, reads, watches and grants a lease without any panic in `Instant`
+/// arithmetic), and just above it the option is refused with a typed error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_options_at_their_maximum_work_and_above_it_are_refused() {
+    use etcd_ha::{MAX_INTERVAL, MAX_TIMEOUT};
+    let cluster = support::cluster3().await;
+    let over = Duration::from_secs(1);
+    // (option name, options with it set to `d`, its maximum)
+    type Set = fn(Duration) -> Options;
+    let cases: [(&str, Set, Duration); 12] = [
+        (
+            "connect_timeout",
+            |d| Options::new().with_connect_timeout(d),
+            MAX_TIMEOUT,
+        ),
+        (
+            "request_timeout",
+            |d| Options::new().with_request_timeout(d),
+            MAX_TIMEOUT,
+        ),
+        (
+            "attempt_timeout",
+            |d| Options::new().with_attempt_timeout(d),
+            MAX_TIMEOUT,
+        ),
+        (
+            "probe",
+            |d| Options::new().with_probe(Duration::from_millis(500), d),
+            MAX_TIMEOUT,
+        ),
+        (
+            "probe",
+            |d| Options::new().with_probe(d, Duration::from_secs(1)),
+            MAX_INTERVAL,
+        ),
+        (
+            "keepalive",
+            |d| Options::new().with_keepalive(Duration::from_secs(10), d),
+            MAX_TIMEOUT,
+        ),
+        (
+            "keepalive",
+            |d| Options::new().with_keepalive(d, Duration::from_secs(3)),
+            MAX_INTERVAL,
+        ),
+        (
+            "retry",
+            |d| Options::new().with_retry(d, 0.1, 100),
+            MAX_TIMEOUT,
+        ),
+        (
+            "ejection",
+            |d| Options::new().with_ejection(Duration::from_millis(250), d, 2),
+            MAX_TIMEOUT,
+        ),
+        (
+            "ejection",
+            |d| Options::new().with_ejection(d, d, 2),
+            MAX_TIMEOUT,
+        ),
+        (
+            "leader_grace",
+            |d| Options::new().with_leader_grace(d),
+            MAX_TIMEOUT,
+        ),
+        (
+            "member_sync",
+            |d| Options::new().with_member_sync(d),
+            MAX_INTERVAL,
+        ),
+    ];
+    for (name, set, max) in cases {
+        let client = Client::connect(cluster.endpoints(), set(max))
+            .await
+            .unwrap_or_else(|e| panic!("{name} at {max:?}: {e}"));
+        let key = support::unique("max-option");
+        client
+            .kv()
+            .put(key.as_str(), "v", PutOptions::new())
+            .await
+            .unwrap();
+        let got = client
+            .kv()
+            .get(key.as_str(), GetOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(got.kvs[0].value, b"v", "{name}");
+        let watch = client
+            .watch()
+            .watch(key.as_str(), WatchOptions::new())
+            .await;
+        assert!(watch.is_ok(), "{name}: {:?}", watch.err());
+        let lease = client
+            .keeper()
+            .grant(Duration::from_secs(10))
+            .await
+            .unwrap();
+        client.lease().revoke(lease.id()).await.unwrap();
+        drop(client);
+
+        for too_much in [max + over, Duration::MAX] {
+            let result = Client::connect(cluster.endpoints(), set(too_much)).await;
+            assert!(
+                matches!(&result, Err(Error::InvalidOptions { option, reason })
+                    if *option == name && reason.contains("at most")),
+                "{name} at {too_much:?}: {:?}",
+                result.map(|_| ())
+            );
+        }
+    }
 }

@@ -245,3 +245,43 @@ async fn lease_not_kept_alive_expires_with_its_keys() {
 
     drop(cluster);
 }
+
+/// Issue 9, defect 4: a TTL above etcd's maximum is refused with a typed error by every way
+/// of granting one (it would otherwise overflow the keeper's time arithmetic), while the
+/// maximum itself is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_above_etcds_maximum_are_refused_with_a_typed_error() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let max = etcd_ha::MAX_LEASE_TTL;
+    let too_long = Duration::from_secs(max.unsigned_abs() + 1);
+    let refused = |r: &Result<(), Error>| matches!(r, Err(Error::LeaseTtlTooLarge { max_secs }) if *max_secs == max);
+
+    for ttl in [max + 1, i64::MAX] {
+        let r = client.lease().grant(ttl, None).await.map(|_| ());
+        assert!(refused(&r), "grant {ttl}: {r:?}");
+    }
+    for ttl in [too_long, Duration::MAX] {
+        let r = client.keeper().grant(ttl).await.map(|_| ());
+        assert!(refused(&r), "keeper grant {ttl:?}: {r:?}");
+        let r = etcd_ha::Session::new(&client, ttl).await.map(|_| ());
+        assert!(refused(&r), "session {ttl:?}: {r:?}");
+        let r = client.keeper().keep(1, ttl).await.map(|_| ());
+        assert!(refused(&r), "keep {ttl:?}: {r:?}");
+        let leadership =
+            etcd_ha::concurrency::Leadership::new(&client, support::unique("ttl"), "v")
+                .with_ttl(ttl);
+        let r = leadership.campaign().await.map(|_| ());
+        assert!(refused(&r), "leadership {ttl:?}: {r:?}");
+    }
+
+    // The maximum itself is etcd's to grant, and the keeper keeps it without trouble.
+    let kept = client
+        .keeper()
+        .grant(Duration::from_secs(max.unsigned_abs()))
+        .await
+        .expect("etcd grants its maximum TTL");
+    assert_eq!(kept.ttl(), Duration::from_secs(max.unsigned_abs()));
+    assert!(!kept.is_expired());
+    client.lease().revoke(kept.id()).await.unwrap();
+}

@@ -908,3 +908,105 @@ async fn a_refused_watch_fails_alone_with_a_typed_error() {
     );
     assert_eq!(reader.watch().streams_opened(), 1);
 }
+
+/// Issue 9, defect 2: a compaction reload, or a response in fragments, larger than the client's
+/// largest response ends that watch alone with `Error::WatchTooLarge`, without reading it all
+/// into memory; another watch on the same stream goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_or_fragments_over_the_cap_end_that_watch_only() {
+    // 2 MiB: every message fits (a range page of 1000 keys of 1 KiB, or one of etcd's 1.5 MiB
+    // fragments), but not 3000 keys of 1 KiB at once.
+    const CAP: usize = 2 << 20;
+    const KEYS: usize = 3000;
+    let cluster = support::cluster3().await;
+    let client = Client::connect(
+        cluster.endpoints(),
+        support::options_for(&cluster).with_max_response_bytes(CAP),
+    )
+    .await
+    .unwrap();
+    let p = format!("{}/", support::unique("mcap"));
+    let other = support::unique("mcap-other");
+    let mut bystander = client
+        .watch()
+        .watch(other.as_str(), WatchOptions::new())
+        .await
+        .unwrap();
+    let too_large = |r: &Result<WatchBatch, etcd_ha::Error>| matches!(r, Err(etcd_ha::Error::WatchTooLarge { limit }) if *limit == CAP);
+
+    let old = put(&client, &format!("{p}first"), "x").await;
+    let value = "v".repeat(1024);
+    for chunk in 0..KEYS / 100 {
+        let puts = (0..100).map(|i| {
+            etcd_ha::TxnOp::put(
+                format!("{p}{:05}", chunk * 100 + i),
+                value.as_str(),
+                PutOptions::new(),
+            )
+        });
+        client
+            .kv()
+            .txn(etcd_ha::Txn::new().and_then(puts))
+            .await
+            .unwrap();
+    }
+    let compacted = put(&client, &format!("{p}last"), "x").await;
+    client.kv().compact(compacted, true).await.unwrap();
+
+    // The reload of ~3 MiB.
+    let reloading = client
+        .watch()
+        .watch(
+            p.as_str(),
+            WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(old)
+                .with_reload_on_compaction(),
+        )
+        .await;
+    match reloading {
+        Err(e) => assert!(too_large(&Err(e))),
+        Ok(mut stream) => {
+            let last = timeout(RESPONSE, stream.next_batch())
+                .await
+                .expect("the reload ends in time")
+                .expect("an item before the end");
+            assert!(too_large(&last), "{last:?}");
+            assert!(
+                timeout(RESPONSE, stream.next_batch())
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+        }
+    }
+
+    // One revision deleting every key, with previous values: ~3 MiB in fragments.
+    let mut fragmented = client
+        .watch()
+        .watch(p.as_str(), WatchOptions::new().with_prefix().with_prev_kv())
+        .await
+        .unwrap();
+    delete(&client, &p, true).await;
+    let last = timeout(RESPONSE, fragmented.next_batch())
+        .await
+        .expect("the watch ends in time")
+        .expect("an item before the end");
+    assert!(too_large(&last), "{last:?}");
+
+    // The other watch, on the same stream, still delivers, and new watches work.
+    let r = put(&client, &other, "still here").await;
+    assert_eq!(
+        managed_events(&mut bystander, 1).await,
+        [ev(EventType::Put, &other, "still here", r, None)]
+    );
+    let mut fresh = client
+        .watch()
+        .watch(p.as_str(), WatchOptions::new().with_prefix())
+        .await
+        .unwrap();
+    let r = put(&client, &format!("{p}again"), "y").await;
+    assert_eq!(managed_events(&mut fresh, 1).await.len(), 1);
+    assert_eq!(fresh.revision(), r);
+    assert_eq!(client.watch().streams_opened(), 1, "the stream never broke");
+}

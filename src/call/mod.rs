@@ -237,8 +237,8 @@ impl Transport {
         let normalized = endpoint::normalize(url, self.options.tls.is_some())?;
         self.balancer
             .endpoint(&normalized)
-            .ok_or(Error::InvalidEndpoint {
-                endpoint: url.to_owned(),
+            .ok_or_else(|| Error::InvalidEndpoint {
+                endpoint: endpoint::redact(url),
                 reason: "not one of the client's endpoints",
             })
     }
@@ -305,6 +305,13 @@ impl Transport {
     /// Whether a token can be renewed (credentials were given).
     pub(crate) fn has_token(&self) -> bool {
         self.token.is_some()
+    }
+
+    /// The generation of the token held now (0 without credentials): a stream opened before
+    /// this was read carries this token or an older one, so renewing this generation replaces
+    /// whatever token the stream carries.
+    pub(crate) fn token_generation(&self) -> u64 {
+        self.token.as_ref().map_or(0, TokenCell::generation)
     }
 
     /// After losing the leader, wait (bounded by the leader grace and the deadline) until a new

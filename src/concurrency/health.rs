@@ -50,7 +50,8 @@ pub(crate) async fn unavailable_for(
             if now - start >= bound {
                 return now - start;
             }
-            Some(start + bound)
+            // A bound too far away to add (the user's `with_unavailable_bound`) never ends.
+            start.checked_add(bound)
         } else {
             since = None;
             None

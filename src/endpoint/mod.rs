@@ -24,7 +24,7 @@ pub(crate) use attempt::{AttemptLayer, AttemptService, Layered};
 pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
-pub(crate) use url::{Dial, is_secure, member_url, normalize};
+pub(crate) use url::{Dial, is_secure, member_url, normalize, redact};
 
 /// What the member's last Status answer said about raft.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

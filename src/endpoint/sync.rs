@@ -39,7 +39,8 @@ pub(crate) fn member_urls(
         if usable.is_empty() && !m.client_ur_ls.is_empty() {
             tracing::warn!(
                 member = %format!("{:x}", m.id),
-                urls = ?m.client_ur_ls,
+                // As the member advertises them, less any credentials or query.
+                urls = ?m.client_ur_ls.iter().map(|u| super::redact(u)).collect::<Vec<_>>(),
                 secure,
                 "no usable client URL for this member (a TLS client never dials http://); skipped"
             );

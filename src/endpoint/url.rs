@@ -18,12 +18,19 @@ const DEFAULT_PORT: u16 = 2379;
 /// serves gRPC at the root.
 pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
     let invalid = |reason| Error::InvalidEndpoint {
-        endpoint: endpoint.to_owned(),
+        endpoint: redact(endpoint),
         reason,
     };
     let trimmed = endpoint.trim();
     if trimmed.is_empty() {
         return Err(invalid("empty endpoint"));
+    }
+    // `user:password@` would be dropped silently (etcd takes credentials from Authenticate,
+    // not from the URL): refuse it, so that the user learns to pass them with `with_user`.
+    if trimmed.contains('@') {
+        return Err(invalid(
+            "credentials in an endpoint URL are not used; give them with Options::with_user",
+        ));
     }
     let with_scheme = if trimmed.contains("://") {
         trimmed.to_owned()
@@ -66,6 +73,27 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
         return Err(invalid("port 0 is not a valid endpoint port"));
     }
     Ok(format!("{scheme}://{host}:{port}"))
+}
+
+/// An endpoint as it may be shown in an error or a log: without user info (`user:password@`)
+/// and without a query or fragment (which could carry a token).
+///
+/// Errs on the side of hiding: everything between the scheme and the *last* `@` goes (a
+/// password may itself hold `/`, `?` or `@`), then everything from the first `?` or `#`.
+pub(crate) fn redact(endpoint: &str) -> String {
+    let (scheme, rest) = match endpoint.find("://") {
+        Some(i) => endpoint.split_at(i + 3),
+        None => ("", endpoint),
+    };
+    let rest = match rest.rfind('@') {
+        Some(at) => format!("<redacted>@{}", &rest[at + 1..]),
+        None => rest.to_owned(),
+    };
+    let rest = match rest.find(['?', '#']) {
+        Some(q) => format!("{}?<redacted>", &rest[..q]),
+        None => rest,
+    };
+    format!("{scheme}{rest}")
 }
 
 /// A member's advertised client URL, normalised, or `None` if this client must not dial it.
@@ -117,7 +145,7 @@ impl Dial {
     /// Build the lazily connected channel for one normalised URL.
     pub(crate) fn channel(&self, url: &str) -> Result<Channel> {
         let invalid = |_| Error::InvalidEndpoint {
-            endpoint: url.to_owned(),
+            endpoint: redact(url),
             reason: "rejected by the transport",
         };
         let mut ep = tonic::transport::Endpoint::from_shared(url.to_owned())
@@ -186,6 +214,29 @@ mod tests {
             );
         }
         assert!(normalize("http://h:1", true).is_err());
+    }
+
+    #[test]
+    fn errors_never_show_credentials_or_queries() {
+        for (given, secret) in [
+            ("http://alice:s3cret@127.0.0.1:0/x", "s3cret"),
+            ("alice:s3cret@127.0.0.1:2379", "s3cret"),
+            ("https://alice:s3/c@r?t@h:1", "s3/c@r?t"),
+            ("http://alice:s3cret@", "s3cret"),
+            ("ftp://bob:hunter2@x", "hunter2"),
+            ("http://h:1/?token=abc.def", "abc.def"),
+        ] {
+            let err = normalize(given, false).unwrap_err();
+            assert!(matches!(err, Error::InvalidEndpoint { .. }), "{given}");
+            for shown in [err.to_string(), format!("{err:?}")] {
+                assert!(!shown.contains(secret), "{given}: {shown}");
+            }
+        }
+        assert_eq!(
+            redact("http://a:b@h:1/p?q#f"),
+            "http://<redacted>@h:1/p?<redacted>"
+        );
+        assert_eq!(redact("http://h:1"), "http://h:1");
     }
 
     #[test]

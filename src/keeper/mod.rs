@@ -8,6 +8,7 @@
 mod kept;
 mod state;
 mod task;
+mod ttl;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,6 +27,8 @@ use kept::Handle;
 pub use kept::KeptLease;
 use state::View;
 use task::{Command, KeeperTask};
+pub use ttl::MAX_LEASE_TTL;
+pub(crate) use ttl::checked_secs as checked_ttl_secs;
 
 /// Keeps leases alive: any number of them, over one keep-alive stream, renewing each at a third
 /// of its TTL and failing over to another member at once when the stream breaks.
@@ -111,6 +114,10 @@ impl Keeper {
     ///
     /// Its first local expiry counts from the moment the grant was sent.
     ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseTtlTooLarge`] if `ttl` is above [`MAX_LEASE_TTL`] seconds.
+    ///
     /// ```no_run
     /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
     /// let lease = client.keeper().grant(std::time::Duration::from_secs(10)).await?;
@@ -122,20 +129,21 @@ impl Keeper {
         let transport = self.shared.transport()?;
         let sent = Instant::now();
         let granted = Lease::new(transport)
-            .grant(whole_seconds(ttl), None)
+            .grant(ttl::whole_seconds(ttl)?, None)
             .await?;
-        let ttl = Duration::from_secs(granted.ttl.max(1).unsigned_abs());
+        // A grant answers a positive TTL; anything else is taken as the shortest there is.
+        let ttl = ttl::from_server(granted.ttl).unwrap_or(Duration::from_secs(1));
         let view = View {
             ttl,
-            expires_at: sent + ttl,
+            expires_at: ttl::later(sent, ttl),
             confirmed: true,
             renewals: 0,
             lost: None,
         };
         let mut kept = self.shared.lock_kept();
-        let handle = self
-            .shared
-            .register(&mut kept, granted.id, view, sent + ttl / 3)?;
+        let handle =
+            self.shared
+                .register(&mut kept, granted.id, view, ttl::later(sent, ttl / 3))?;
         Ok(KeptLease { handle })
     }
 
@@ -149,7 +157,8 @@ impl Keeper {
     /// # Errors
     ///
     /// [`Error::LeaseNotFound`] if the lease expired or was revoked; [`Error::Timeout`] if no
-    /// answer came in time; [`Error::Shutdown`] if the client is gone.
+    /// answer came in time; [`Error::Shutdown`] if the client is gone;
+    /// [`Error::LeaseTtlTooLarge`] if `ttl` is above [`MAX_LEASE_TTL`] seconds.
     ///
     /// ```no_run
     /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
@@ -161,6 +170,7 @@ impl Keeper {
     /// # }
     /// ```
     pub async fn keep(&self, lease_id: i64, ttl: Duration) -> Result<KeptLease> {
+        let ttl = ttl::checked(ttl)?;
         let handle = {
             let mut kept = self.shared.lock_kept();
             let existing = kept
@@ -179,7 +189,7 @@ impl Keeper {
                     let now = Instant::now();
                     let view = View {
                         ttl,
-                        expires_at: now + wait,
+                        expires_at: ttl::later(now, wait),
                         confirmed: false,
                         renewals: 0,
                         lost: None,
@@ -344,24 +354,5 @@ impl Shared {
         );
         *slot = Some(tx);
         Ok(())
-    }
-}
-
-/// `ttl` in whole seconds, rounded up, at least 1 (etcd leases have second granularity).
-fn whole_seconds(ttl: Duration) -> i64 {
-    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-    i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttl_rounds_up_to_whole_seconds() {
-        assert_eq!(whole_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(whole_seconds(Duration::ZERO), 1);
-        assert_eq!(whole_seconds(Duration::from_secs(5)), 5);
-        assert_eq!(whole_seconds(Duration::from_millis(5001)), 6);
     }
 }

@@ -38,6 +38,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::ttl::later;
+
 /// Why a lease is lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lost {
@@ -235,13 +237,14 @@ impl Table {
         let Some(sent_at) = entry.in_flight.take() else {
             return Answer::Unexpected;
         };
-        if ttl_secs <= 0 {
+        // A TTL from the server is clamped to etcd's maximum: no value may overflow the
+        // instants below (a panic here would kill the keeper task and every lease with it).
+        let Some(ttl) = super::ttl::from_server(ttl_secs) else {
             entry.view.send_modify(|v| {
                 v.lost.get_or_insert(Lost::Gone);
             });
             return Answer::Gone;
-        }
-        let ttl = Duration::from_secs(ttl_secs.unsigned_abs());
+        };
         let mut outcome = Answer::Late;
         entry.view.send_modify(|v| {
             // The clock is read under the write lock: see the module docs.
@@ -249,7 +252,7 @@ impl Table {
                 v.lost.get_or_insert(Lost::Expired);
                 return;
             }
-            let candidate = sent_at + ttl;
+            let candidate = later(sent_at, ttl);
             // An unconfirmed expiry is only a wait bound: the first answer replaces it.
             if !v.confirmed || candidate > v.expires_at {
                 v.expires_at = candidate;
@@ -260,7 +263,7 @@ impl Table {
             outcome = Answer::Renewed(v.expires_at);
         });
         entry.ttl = ttl;
-        entry.next_renewal = sent_at + ttl / 3;
+        entry.next_renewal = later(sent_at, ttl / 3);
         outcome
     }
 
@@ -300,7 +303,7 @@ impl Table {
     /// Whether the stream has owed an answer for longer than the silence limit at `now`.
     pub(crate) fn is_silent(&self, now: Instant) -> bool {
         self.owed_since
-            .is_some_and(|since| now >= since + self.silence_limit())
+            .is_some_and(|since| now >= later(since, self.silence_limit()))
     }
 
     /// How long the stream has owed an answer at `now`.
@@ -321,7 +324,7 @@ impl Table {
                 .filter(|e| e.in_flight.is_none())
                 .map(|e| e.next_renewal)
                 .min();
-            let silence = self.owed_since.map(|s| s + self.silence_limit());
+            let silence = self.owed_since.map(|s| later(s, self.silence_limit()));
             next = [next, renewals, silence].into_iter().flatten().min();
         }
         next

@@ -218,3 +218,41 @@ async fn most_urgent_is_closest_to_expiry() {
     assert!(matches!(t.answered(1, 6), Answer::Renewed(_)));
     assert_eq!(t.most_urgent(), Some(2));
 }
+
+/// Issue 9, defect 4: a TTL near `i64::MAX` from the server panicked the keeper task in
+/// `Instant` arithmetic. It is clamped to etcd's maximum; every later step works.
+#[tokio::test(start_paused = true)]
+async fn a_huge_server_ttl_is_clamped_to_etcds_maximum() {
+    let max = Duration::from_secs(super::super::MAX_LEASE_TTL.unsigned_abs());
+    for huge in [i64::MAX, i64::MAX - 1, super::super::MAX_LEASE_TTL + 1] {
+        let mut t = table();
+        let rx = granted(&mut t, 1);
+        let sent = Instant::now();
+        t.sent(1, sent);
+        assert_eq!(t.answered(1, huge), Answer::Renewed(sent + max), "{huge}");
+        let v = *rx.borrow();
+        assert_eq!(v.ttl, max);
+        assert!(!v.is_lost(Instant::now()));
+        // The cadence, the silence limit and the next wake are all computable.
+        assert_eq!(t.next_deadline(true), Some(sent + max / 3));
+        assert_eq!(t.silence_limit(), Duration::from_secs(5));
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(t.expire(Instant::now()).is_empty());
+        assert!(t.due(Instant::now()).is_empty());
+        assert!(!t.is_silent(Instant::now()));
+    }
+}
+
+/// A zero or negative TTL from the server means the lease is gone, however negative.
+#[tokio::test(start_paused = true)]
+async fn a_zero_or_negative_server_ttl_means_the_lease_is_gone() {
+    for gone in [0, -1, i64::MIN] {
+        let mut t = table();
+        let rx = granted(&mut t, 1);
+        t.sent(1, Instant::now());
+        assert_eq!(t.answered(1, gone), Answer::Gone, "{gone}");
+        assert_eq!(rx.borrow().lost, Some(Lost::Gone));
+        assert!(t.is_empty());
+        assert_eq!(t.next_deadline(true), None);
+    }
+}

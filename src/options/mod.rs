@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+mod bounds;
 mod defaults;
 mod layer;
 mod tls;
+pub use bounds::{MAX_INTERVAL, MAX_TIMEOUT};
 pub use defaults::*;
 pub use tls::TlsOptions;
 
@@ -207,7 +209,9 @@ impl Options {
         self
     }
 
-    /// Largest response message accepted. Default 512 MiB.
+    /// Largest response message accepted. Default 512 MiB. It also caps what a managed watch
+    /// holds at once: a response in fragments, reassembled, and a reload after a compaction
+    /// ([`Error::WatchTooLarge`] beyond it).
     ///
     /// ```
     /// let o = etcd_ha::Options::new().with_max_response_bytes(64 << 20);
@@ -330,7 +334,8 @@ impl Options {
         self
     }
 
-    /// Check the options once, at connect, with a typed error.
+    /// Check the options once, at connect, with a typed error. Every duration option has an
+    /// upper bound, [`MAX_TIMEOUT`] or [`MAX_INTERVAL`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -388,6 +393,7 @@ impl Options {
         {
             return invalid("user", "user name must not be empty");
         }
+        bounds::check(self)?;
         if let Some(tls) = &self.tls
             && tls.client_cert.is_some() != tls.client_key.is_some()
         {

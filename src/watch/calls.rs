@@ -77,6 +77,7 @@ impl HubTask {
             return;
         };
         let range = (entry.create.key.clone(), entry.create.range_end.clone());
+        let max_bytes = self.max_bytes;
         let transport = self.transport.clone();
         let report = self.internal_tx.clone();
         let cancel = self.cancel.clone();
@@ -87,7 +88,7 @@ impl HubTask {
                     let Some(t) = transport.upgrade() else {
                         break Err(Error::Shutdown);
                     };
-                    match read_range(t, &range.0, &range.1).await {
+                    match read_range(t, &range.0, &range.1, max_bytes).await {
                         Ok(state) => break Ok(state),
                         Err(e) if e.is_retryable() || matches!(e, Error::Compacted { .. }) => {
                             failures += 1;
@@ -107,16 +108,20 @@ impl HubTask {
     }
 }
 
-/// Every key in `[key, range_end)` at one revision (the first page's), page by page.
+/// Every key in `[key, range_end)` at one revision (the first page's), page by page; no more
+/// than `max_bytes` in all ([`Error::WatchTooLarge`]: each page is bounded by gRPC, the whole
+/// range only by what the server holds).
 async fn read_range(
     transport: Arc<Transport>,
     key: &[u8],
     range_end: &[u8],
+    max_bytes: usize,
 ) -> Result<(i64, Vec<KeyValue>)> {
     let kv = Kv::new(transport);
     let mut revision = 0;
     let mut from = key.to_vec();
     let mut kvs = Vec::new();
+    let mut bytes = 0usize;
     loop {
         let page = kv
             .range(RangeRequest {
@@ -135,6 +140,14 @@ async fn read_range(
             next.push(0);
             next
         });
+        bytes = page
+            .kvs
+            .iter()
+            .map(prost::Message::encoded_len)
+            .fold(bytes, usize::saturating_add);
+        if bytes > max_bytes {
+            return Err(Error::WatchTooLarge { limit: max_bytes });
+        }
         kvs.extend(page.kvs);
         match next {
             Some(next) if page.more && !range_end.is_empty() => from = next,

@@ -9,6 +9,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use super::hub::{HubTask, State};
 use super::link::{Up, cancel_request};
 use super::managed::{BUFFER, WatchBatch};
+use super::relogin::Refusal;
 use crate::error::Error;
 use crate::proto::etcdserverpb::WatchResponse;
 
@@ -54,12 +55,22 @@ impl HubTask {
             let Some(entry) = self.entries.get_mut(&key) else {
                 return;
             };
-            if let Some((last, events)) = entry.cursor.events(response.events, response.fragment) {
-                let batch = WatchBatch::Events {
-                    revision: last,
-                    events,
-                };
-                self.deliver(up, key, batch, last);
+            match entry.cursor.events(response.events, response.fragment) {
+                Ok(Some((last, events))) => {
+                    let batch = WatchBatch::Events {
+                        revision: last,
+                        events,
+                    };
+                    self.deliver(up, key, batch, last);
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    // This watch alone ends; the stream and its other watches go on.
+                    tracing::warn!(%error, "watch response over the size cap; the watch ends");
+                    up.ids.remove(&response.watch_id);
+                    up.outbox.push_back(cancel_request(response.watch_id));
+                    self.end(key, Err(error));
+                }
             }
             return;
         }
@@ -115,10 +126,25 @@ impl HubTask {
         if response.canceled {
             // The server refused the create (permission denied, a bad range, ...).
             let error = cancel_error(watch_id, &response.cancel_reason);
-            tracing::debug!(%error, "watch refused");
-            self.end(key, Err(error));
+            let can_renew = self.transport.upgrade().is_some_and(|t| t.has_token());
+            match Refusal::of(&error, entry.auth_refusals, can_renew) {
+                Refusal::Verify => {
+                    // Perhaps only the stream's token is stale: find out with a read.
+                    entry.auth_refusals += 1;
+                    entry.state = State::Verifying {
+                        stream: up.generation,
+                    };
+                    tracing::debug!(%error, "watch refused; checking the permission");
+                    self.spawn_permission_check(key);
+                }
+                Refusal::Final => {
+                    tracing::debug!(%error, "watch refused");
+                    self.end(key, Err(error));
+                }
+            }
             return;
         }
+        entry.auth_refusals = 0;
         let at = entry.cursor.created(revision);
         entry.state = State::Active {
             watch_id,

@@ -196,6 +196,10 @@ pub(super) enum State {
     Paused,
     /// Its history was compacted: reading the current state of its range.
     Reloading,
+    /// Refused as not permitted by stream `stream` (its generation): a read of its range,
+    /// which etcd permits by the same rule, tells a real denial from a stale token on that
+    /// stream (see `relogin.rs`).
+    Verifying { stream: u64 },
 }
 
 /// One managed watch.
@@ -216,6 +220,9 @@ pub(super) struct Entry {
     pub(super) ready: Option<oneshot::Sender<Result<i64>>>,
     /// Where it is (see the diagram above).
     pub(super) state: State,
+    /// Creates of it refused as not permitted since its last successful create: after
+    /// `MAX_AUTH_REFUSALS` of them it ends whatever the checks say (see `relogin.rs`).
+    pub(super) auth_refusals: u8,
 }
 
 impl Entry {
@@ -234,6 +241,8 @@ impl Entry {
 pub(super) enum Internal {
     /// The version check of stream `generation`: whether its member orders progress answers.
     Version { generation: u64, ordered: bool },
+    /// The permission check of a watch refused again after a renewal finished.
+    Permission { key: u64, result: Result<()> },
     /// A reload finished.
     Reloaded {
         key: u64,
@@ -267,6 +276,9 @@ pub(super) struct HubTask {
     pub(super) generation: u64,
     /// Opens the stream and judges its member (the same rules as the lease keeper's).
     pub(super) supervisor: Supervisor,
+    /// Most bytes one watch's reassembled response or reload may take (the client's largest
+    /// response).
+    pub(super) max_bytes: usize,
     /// Wakes the task when an endpoint's health changes, so that the stream leaves an ejected
     /// or leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
@@ -291,6 +303,7 @@ impl HubTask {
             next_watch_id: 1,
             generation: 0,
             supervisor: Supervisor::new(transport),
+            max_bytes: transport.options.max_response_bytes,
             health: transport.health_changes(),
         }
     }
@@ -379,13 +392,14 @@ impl HubTask {
                 } = *new;
                 let entry = Entry {
                     progress: create.progress_notify,
-                    cursor: Cursor::new(create.start_revision),
+                    cursor: Cursor::new(create.start_revision, self.max_bytes),
                     create,
                     reload,
                     tx,
                     control,
                     ready: Some(ready),
                     state: State::Queued,
+                    auth_refusals: 0,
                 };
                 self.entries.insert(key, entry);
                 self.queue.push_back(key);
@@ -425,6 +439,7 @@ impl HubTask {
                     up.gate.set_ordered(ordered);
                 }
             }
+            Internal::Permission { key, result } => self.permission_checked(key, result, link),
             Internal::Reloaded { key, result } => {
                 if !self
                     .entries

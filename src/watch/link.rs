@@ -39,6 +39,14 @@ pub(super) type Opened = supervise::Opened<WatchRequest, WatchResponse>;
 pub(super) enum Link {
     /// No stream; open one at `retry_at` if a watch needs it.
     Down { retry_at: Instant, failures: u32 },
+    /// A create was refused though its user may read its range: the token is being renewed (a
+    /// stream carries the token it was opened with), then a stream opens at `retry_at` (see
+    /// `relogin.rs`).
+    Renewing {
+        renew: super::relogin::Renewal,
+        retry_at: Instant,
+        failures: u32,
+    },
     /// Being opened with the create of watch `first` (key, watch id) as its first message.
     Opening {
         open: supervise::Opening<WatchRequest, WatchResponse>,
@@ -79,6 +87,8 @@ pub(super) struct Up {
     pub(super) idle_since: Option<Instant>,
     /// Look at the member's health on the next advance (some endpoint's health changed).
     pub(super) check_health: bool,
+    /// The token generation when it opened: the token it carries is this one or older.
+    pub(super) token_generation: u64,
 }
 
 /// What happened on the link.
@@ -89,6 +99,8 @@ pub(super) enum LinkEvent {
     Opened(Result<Opened>),
     /// A response, the server's clean end (`None`), or the stream's failure.
     Answer(Result<Option<WatchResponse>>),
+    /// The token renewal finished.
+    Renewed(Result<()>),
 }
 
 impl Link {
@@ -104,6 +116,7 @@ impl Link {
     pub(super) async fn event(&mut self) -> LinkEvent {
         match self {
             Link::Opening { open, .. } => LinkEvent::Opened(open.await),
+            Link::Renewing { renew, .. } => LinkEvent::Renewed(renew.await),
             Link::Up(up) => LinkEvent::Answer(up.answers.message().await),
             Link::Down { .. } => std::future::pending().await,
         }
@@ -115,7 +128,7 @@ impl HubTask {
     pub(super) fn next_wake(&self, link: &Link, now: Instant) -> Option<Instant> {
         match link {
             Link::Down { retry_at, .. } => self.has_queued().then_some(*retry_at),
-            Link::Opening { .. } => None,
+            Link::Opening { .. } | Link::Renewing { .. } => None,
             Link::Up(up) => {
                 let mut wake = up.liveness.next_wake();
                 if (!up.outbox.is_empty() || self.has_queued()) && up.tx.capacity() == 0 {
@@ -297,6 +310,7 @@ impl HubTask {
                 );
                 self.inner.set_endpoint(Some(endpoint.url.clone()));
                 self.check_version(&endpoint);
+                let token_generation = self.transport.upgrade().map_or(0, |t| t.token_generation());
                 Link::Up(Box::new(Up {
                     tx,
                     answers,
@@ -313,6 +327,7 @@ impl HubTask {
                     idle_since: None,
                     // The member may have turned bad while the stream was opening.
                     check_health: true,
+                    token_generation,
                 }))
             }
             (
@@ -362,6 +377,12 @@ impl HubTask {
                     self.lose(up, Some(&error), now)
                 }
             },
+            (
+                Link::Renewing {
+                    retry_at, failures, ..
+                },
+                LinkEvent::Renewed(result),
+            ) => self.renewed(result, retry_at, failures, now),
             (link, _) => link,
         }
     }
@@ -369,6 +390,20 @@ impl HubTask {
     /// Leave the stream: tell the transport what went wrong with its member (so the next pick
     /// avoids it), and queue every watch on it for a resume on the next stream.
     pub(super) fn lose(&mut self, up: Box<Up>, error: Option<&Error>, now: Instant) -> Link {
+        let reopen = self.leave(up, error, now);
+        Link::Down {
+            retry_at: reopen.at,
+            failures: reopen.failures,
+        }
+    }
+
+    /// [`lose`](Self::lose) without deciding what comes next: when to open again.
+    pub(super) fn leave(
+        &mut self,
+        up: Box<Up>,
+        error: Option<&Error>,
+        now: Instant,
+    ) -> supervise::Reopen {
         let reopen = self
             .supervisor
             .lost(&up.endpoint, error, up.opened, up.failures, now);
@@ -387,10 +422,7 @@ impl HubTask {
             }
             self.enqueue(key);
         }
-        Link::Down {
-            retry_at: reopen.at,
-            failures: reopen.failures,
-        }
+        reopen
     }
 }
 
@@ -404,7 +436,7 @@ pub(super) fn cancel_request(watch_id: i64) -> WatchRequest {
 /// For an open failure that no retry can cure (the client is gone, or it may not watch at
 /// all), a maker of copies of it to end every watch with; `None` for anything else, which is
 /// retried for as long as it takes (a cluster restarting says many odd things).
-fn fatal_copy(error: &Error) -> Option<fn() -> Error> {
+pub(super) fn fatal_copy(error: &Error) -> Option<fn() -> Error> {
     match error {
         Error::Shutdown => Some(|| Error::Shutdown),
         Error::AuthFailed => Some(|| Error::AuthFailed),

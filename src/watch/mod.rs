@@ -4,7 +4,8 @@
 //!
 //! The files: `managed.rs` is what the caller holds ([`WatchStream`], [`WatchBatch`]);
 //! `hub.rs` the task that owns the shared stream; `resume.rs` where a watch resumes (pure);
-//! `progress.rs` the liveness and progress rules (pure). This file is the service and the
+//! `progress.rs` the liveness and progress rules (pure); `relogin.rs` what an auth refusal of a
+//! create does to the stream. This file is the service and the
 //! options.
 
 mod calls;
@@ -13,6 +14,7 @@ mod hub;
 mod link;
 mod managed;
 mod progress;
+mod relogin;
 mod resume;
 
 use std::sync::{Arc, OnceLock};

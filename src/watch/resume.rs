@@ -14,10 +14,18 @@
 //!  reloaded at H          revision = H                resume from H + 1
 //! ```
 //!
+//! A response in fragments is held until its last fragment; its size is capped (the client's
+//! largest response, `Options::with_max_response_bytes`): each fragment is bounded by gRPC,
+//! but a server could send fragments without end. Over the cap the watch ends with
+//! [`Error::WatchTooLarge`].
+//!
 //! `revision` only moves once a batch is in the consumer's buffer ([`Cursor::advance`]), so a
 //! batch that could not be handed over is asked for again after a resume. Events at or below
 //! `revision` are dropped: a batch is never handed over twice, whatever the server resends.
 
+use prost::Message;
+
+use crate::error::{Error, Result};
 use crate::proto::mvccpb::Event;
 
 /// The position of one managed watch.
@@ -28,6 +36,10 @@ pub(crate) struct Cursor {
     revision: Option<i64>,
     /// Events of a response that arrives in fragments, until its last fragment.
     fragments: Vec<Event>,
+    /// Encoded size of `fragments`.
+    fragment_bytes: usize,
+    /// Most bytes one reassembled response may take.
+    max_bytes: usize,
 }
 
 /// The revision an event belongs to.
@@ -36,11 +48,14 @@ fn mod_revision(event: &Event) -> i64 {
 }
 
 impl Cursor {
-    /// A watch asked to start at `start_revision` (0: from now).
-    pub(crate) fn new(start_revision: i64) -> Self {
+    /// A watch asked to start at `start_revision` (0: from now), whose reassembled responses
+    /// may take at most `max_bytes`.
+    pub(crate) fn new(start_revision: i64, max_bytes: usize) -> Self {
         Cursor {
             revision: (start_revision > 0).then(|| start_revision - 1),
             fragments: Vec::new(),
+            fragment_bytes: 0,
+            max_bytes,
         }
     }
 
@@ -60,35 +75,49 @@ impl Cursor {
     /// the server delivers what comes after it, so that is where a resume must continue.
     /// Returns the revision the watch now stands at.
     pub(crate) fn created(&mut self, header_revision: i64) -> i64 {
-        self.fragments.clear();
+        self.drop_fragments();
         *self.revision.get_or_insert(header_revision)
     }
 
     /// One response's events arrived. Returns the batch to hand over, `(last revision,
     /// events)`, once a response is complete (its last fragment arrived) and only with events
     /// newer than [`revision`](Self::revision); `None` while fragments are pending or when
-    /// nothing new is left.
+    /// nothing new is left. [`Error::WatchTooLarge`] when the fragments of one response add up
+    /// to more than the cap (they are dropped; the watch is to end).
     pub(crate) fn events(
         &mut self,
         events: Vec<Event>,
         fragment: bool,
-    ) -> Option<(i64, Vec<Event>)> {
+    ) -> Result<Option<(i64, Vec<Event>)>> {
+        if fragment || !self.fragments.is_empty() {
+            let bytes: usize = events.iter().map(Message::encoded_len).sum();
+            self.fragment_bytes = self.fragment_bytes.saturating_add(bytes);
+            if self.fragment_bytes > self.max_bytes {
+                self.drop_fragments();
+                return Err(Error::WatchTooLarge {
+                    limit: self.max_bytes,
+                });
+            }
+        }
         if fragment {
             self.fragments.extend(events);
-            return None;
+            return Ok(None);
         }
         let mut all = if self.fragments.is_empty() {
             events
         } else {
             let mut all = std::mem::take(&mut self.fragments);
+            self.fragment_bytes = 0;
             all.extend(events);
             all
         };
         if let Some(floor) = self.revision {
             all.retain(|e| mod_revision(e) > floor);
         }
-        let last = mod_revision(all.last()?);
-        Some((last, all))
+        let Some(last) = all.last().map(mod_revision) else {
+            return Ok(None);
+        };
+        Ok(Some((last, all)))
     }
 
     /// A batch up to `revision` is in the consumer's buffer.
@@ -112,7 +141,12 @@ impl Cursor {
     /// The stream broke or the watch was canceled: a half-received response is dropped (it
     /// comes again, whole, after the resume).
     pub(crate) fn stream_lost(&mut self) {
-        self.fragments.clear();
+        self.drop_fragments();
+    }
+
+    fn drop_fragments(&mut self) {
+        self.fragments = Vec::new();
+        self.fragment_bytes = 0;
     }
 
     /// Whether a fragmented response is half received.
@@ -127,6 +161,9 @@ mod tests {
     use super::*;
     use crate::proto::mvccpb::KeyValue;
 
+    /// A cap no test reaches.
+    const NO_CAP: usize = usize::MAX;
+
     fn ev(key: &str, rev: i64) -> Event {
         Event {
             kv: Some(KeyValue {
@@ -138,23 +175,30 @@ mod tests {
         }
     }
 
+    impl Cursor {
+        /// [`Cursor::events`] for tests under no cap.
+        fn ev(&mut self, events: Vec<Event>, fragment: bool) -> Option<(i64, Vec<Event>)> {
+            self.events(events, fragment).unwrap()
+        }
+    }
+
     fn revs(events: &[Event]) -> Vec<i64> {
         events.iter().map(mod_revision).collect()
     }
 
     #[test]
     fn start_revision_sets_where_the_watch_resumes() {
-        let c = Cursor::new(10);
+        let c = Cursor::new(10, NO_CAP);
         assert_eq!(c.revision(), Some(9));
         assert_eq!(c.resume_from(), 10);
-        let c = Cursor::new(0);
+        let c = Cursor::new(0, NO_CAP);
         assert_eq!(c.revision(), None);
         assert_eq!(c.resume_from(), 0);
     }
 
     #[test]
     fn a_watch_from_now_is_pinned_by_its_first_created_answer() {
-        let mut c = Cursor::new(0);
+        let mut c = Cursor::new(0, NO_CAP);
         assert_eq!(c.created(41), 41);
         assert_eq!(c.resume_from(), 42);
         // A later create (after a failover) does not move it.
@@ -164,8 +208,8 @@ mod tests {
 
     #[test]
     fn events_move_the_cursor_only_once_handed_over() {
-        let mut c = Cursor::new(5);
-        let (rev, batch) = c.events(vec![ev("a", 5), ev("b", 7)], false).unwrap();
+        let mut c = Cursor::new(5, NO_CAP);
+        let (rev, batch) = c.ev(vec![ev("a", 5), ev("b", 7)], false).unwrap();
         assert_eq!((rev, revs(&batch)), (7, vec![5, 7]));
         // Not handed over (buffer full): the resume asks for the same events again.
         assert_eq!(c.resume_from(), 5);
@@ -175,16 +219,16 @@ mod tests {
 
     #[test]
     fn events_at_or_below_the_revision_are_dropped() {
-        let mut c = Cursor::new(1);
+        let mut c = Cursor::new(1, NO_CAP);
         c.advance(7);
         // A resent overlap: only the new revision survives.
         let (rev, batch) = c
-            .events(vec![ev("a", 6), ev("b", 7), ev("c", 8), ev("d", 8)], false)
+            .ev(vec![ev("a", 6), ev("b", 7), ev("c", 8), ev("d", 8)], false)
             .unwrap();
         assert_eq!((rev, revs(&batch)), (8, vec![8, 8]));
         c.advance(rev);
-        assert!(c.events(vec![ev("a", 8)], false).is_none());
-        assert!(c.events(Vec::new(), false).is_none());
+        assert!(c.ev(vec![ev("a", 8)], false).is_none());
+        assert!(c.ev(Vec::new(), false).is_none());
         // Advancing backwards never happens.
         c.advance(3);
         assert_eq!(c.revision(), Some(8));
@@ -192,14 +236,14 @@ mod tests {
 
     #[test]
     fn fragments_are_reassembled_into_one_batch() {
-        let mut c = Cursor::new(0);
+        let mut c = Cursor::new(0, NO_CAP);
         c.created(9);
-        assert!(c.events(vec![ev("a", 10), ev("b", 10)], true).is_none());
+        assert!(c.ev(vec![ev("a", 10), ev("b", 10)], true).is_none());
         assert!(c.has_fragments());
-        assert!(c.events(vec![ev("c", 10)], true).is_none());
+        assert!(c.ev(vec![ev("c", 10)], true).is_none());
         // Progress is not reported in the middle of a fragmented revision.
         assert_eq!(c.progress(12), None);
-        let (rev, batch) = c.events(vec![ev("d", 10)], false).unwrap();
+        let (rev, batch) = c.ev(vec![ev("d", 10)], false).unwrap();
         assert_eq!(rev, 10);
         let keys: Vec<_> = batch
             .iter()
@@ -211,19 +255,19 @@ mod tests {
 
     #[test]
     fn a_broken_stream_drops_half_a_fragmented_response() {
-        let mut c = Cursor::new(0);
+        let mut c = Cursor::new(0, NO_CAP);
         c.created(9);
-        assert!(c.events(vec![ev("a", 10)], true).is_none());
+        assert!(c.ev(vec![ev("a", 10)], true).is_none());
         c.stream_lost();
         assert_eq!(c.resume_from(), 10);
         // The whole revision comes again after the resume, once.
-        let (_, batch) = c.events(vec![ev("a", 10), ev("b", 10)], false).unwrap();
+        let (_, batch) = c.ev(vec![ev("a", 10), ev("b", 10)], false).unwrap();
         assert_eq!(batch.len(), 2);
     }
 
     #[test]
     fn progress_reports_only_news() {
-        let mut c = Cursor::new(0);
+        let mut c = Cursor::new(0, NO_CAP);
         // Not pinned yet: nothing to say.
         assert_eq!(c.progress(5), None);
         c.created(5);
@@ -232,5 +276,50 @@ mod tests {
         assert_eq!(c.progress(9), Some(9));
         c.advance(9);
         assert_eq!(c.resume_from(), 10);
+    }
+
+    #[test]
+    fn fragments_over_the_cap_end_the_watch_and_free_their_memory() {
+        let one = Message::encoded_len(&ev("a", 10));
+        // Room for three events' worth of fragments.
+        let mut c = Cursor::new(0, 3 * one);
+        c.created(9);
+        assert!(
+            c.events(vec![ev("a", 10), ev("b", 10)], true)
+                .unwrap()
+                .is_none()
+        );
+        assert!(c.events(vec![ev("c", 10)], true).unwrap().is_none());
+        match c.events(vec![ev("d", 10)], true) {
+            Err(Error::WatchTooLarge { limit }) => assert_eq!(limit, 3 * one),
+            other => panic!("{other:?}"),
+        }
+        assert!(!c.has_fragments());
+        // The last fragment counts too: a batch is capped as a whole.
+        let mut c = Cursor::new(0, 3 * one);
+        c.created(9);
+        assert!(
+            c.events(vec![ev("a", 10), ev("b", 10)], true)
+                .unwrap()
+                .is_none()
+        );
+        assert!(c.events(vec![ev("c", 10), ev("d", 10)], false).is_err());
+        // Exactly at the cap is fine, and the count starts again with the next response.
+        let mut c = Cursor::new(0, 3 * one);
+        c.created(9);
+        for _ in 0..2 {
+            assert!(
+                c.events(vec![ev("a", 10), ev("b", 10)], true)
+                    .unwrap()
+                    .is_none()
+            );
+            let (_, batch) = c.events(vec![ev("c", 10)], false).unwrap().unwrap();
+            assert_eq!(batch.len(), 3);
+        }
+        // An unfragmented response is bounded by gRPC alone: the cap is for reassembly.
+        let mut c = Cursor::new(0, one);
+        c.created(9);
+        let many = vec![ev("a", 10), ev("b", 10), ev("c", 10)];
+        assert_eq!(c.events(many, false).unwrap().unwrap().1.len(), 3);
     }
 }
