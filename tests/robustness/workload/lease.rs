@@ -35,24 +35,24 @@ pub async fn keeper(ctx: Ctx, client: Client, client_id: u32) {
             lost_at: None,
             revoked_at: None,
         };
-        let key = format!("{}lease/{client_id}-{n}", ctx.prefix);
-        let request = Request::Put {
-            key: key.clone(),
-            value: format!("l{client_id}-{n}"),
-            lease: Some(kept.id()),
-        };
-        log.keys.push(key);
-        ctx.recorder
-            .op(
-                process,
-                client_id,
-                request.clone(),
-                kv::run(&client, &request),
-            )
-            .await;
+        // Two keys under the lease: its expiry or revoke deletes both at one revision, so
+        // watches see multi-event revisions (what atomic delivery is about).
+        for part in ["a", "b"] {
+            let key = format!("{}lease/{client_id}-{n}{part}", ctx.prefix);
+            let request = Request::Put {
+                key: key.clone(),
+                value: format!("l{client_id}-{n}{part}"),
+                lease: Some(kept.id()),
+            };
+            log.keys.push(key);
+            let put = kv::run(&client, &request);
+            ctx.recorder
+                .op(process, client_id, request.clone(), put)
+                .await;
+        }
 
         // Kept for a while, then revoked (half the time) or left to expire.
-        let keep_for = Duration::from_millis(rng.u64(1_000..5_000));
+        let keep_for = Duration::from_millis(rng.u64(500..4_000));
         let revoke = rng.bool();
         let kept_until = tokio::time::Instant::now() + keep_for;
         let mut stopped_renewing = false;
