@@ -283,6 +283,50 @@ pub enum Error {
 }
 
 impl Error {
+    /// For a write (put, delete, txn, lease grant or revoke, ...) that failed with this error:
+    /// whether it may have been applied anyway. `false` means it was certainly not applied: it
+    /// never reached a member, or etcd refused it before proposing it (see the table in the
+    /// retry policy's docs), or etcd judged and refused it. `true` means only the caller can
+    /// decide: a timeout, a connection lost after sending, `leader changed`, anything unknown.
+    ///
+    /// This holds for the error a call returns, not only its last attempt: the client never
+    /// resends a write after an ambiguous failure, so every earlier attempt of a call that ends
+    /// with a "not applied" error was refused too. The robustness suite checks this claim
+    /// against the cluster's own record of every change (`tests/robustness/`).
+    ///
+    /// ```
+    /// assert!(!etcd_ha::Error::ProposalDropped.may_have_applied());
+    /// assert!(etcd_ha::Error::Timeout.may_have_applied());
+    /// ```
+    pub fn may_have_applied(&self) -> bool {
+        !matches!(
+            self,
+            Error::NoEndpoints
+                | Error::InvalidEndpoint { .. }
+                | Error::InvalidOptions { .. }
+                | Error::TlsFile { .. }
+                | Error::TlsConfig(_)
+                | Error::Connect { .. }
+                | Error::Compacted { .. }
+                | Error::FutureRevision
+                | Error::LeaseNotFound
+                | Error::LeaseExists
+                | Error::LeaseTtlTooLarge { .. }
+                | Error::NoLeader
+                | Error::ProposalDropped
+                | Error::RequestTooLarge
+                | Error::TooManyRequests
+                | Error::PermissionDenied
+                | Error::AuthFailed
+                | Error::InvalidAuthToken
+                | Error::AuthRequired
+                | Error::AuthNotEnabled
+                | Error::NoSpace
+                | Error::InvalidRequest(_)
+                | Error::Fenced { .. }
+        )
+    }
+
     /// Whether the same request may succeed if sent again, possibly to another member.
     ///
     /// This is about the *failure*; whether the *request* is safe to repeat (a put that may have

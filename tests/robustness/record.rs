@@ -77,39 +77,15 @@ impl Recorder {
     }
 }
 
-/// What a failed call means for a write, from the error the client surfaced.
-///
-/// Definitely not applied: the request never reached a member (connection not made), or etcd
-/// refused it before proposing (no leader, too many requests, proposal dropped, an auth or
-/// validation refusal). The client resends those itself, so one surfaces only when the
-/// caller's deadline or the attempt budget ran out while every attempt was refused; had one
-/// attempt been ambiguous, the client would have stopped there and surfaced that one (it
-/// never resends a write after an ambiguous failure). Everything else (timeouts, connections
-/// lost after sending, `leader changed`) may have been applied.
+/// What a failed call means for a write, as the client itself says it
+/// ([`Error::may_have_applied`]): the suite checks that claim against the truth (a write
+/// reported as not applied must never appear).
 pub fn classify(error: &Error) -> Outcome {
-    let definite = matches!(
-        error,
-        Error::NoEndpoints
-            | Error::Connect { .. }
-            | Error::NoLeader
-            | Error::TooManyRequests
-            | Error::ProposalDropped
-            | Error::PermissionDenied
-            | Error::AuthFailed
-            | Error::InvalidAuthToken
-            | Error::AuthRequired
-            | Error::RequestTooLarge
-            | Error::InvalidRequest(_)
-            | Error::LeaseNotFound
-            | Error::NoSpace
-            | Error::Compacted { .. }
-            | Error::FutureRevision
-    );
-    let error = error.to_string();
-    if definite {
-        Outcome::Fail { error }
+    let text = error.to_string();
+    if error.may_have_applied() {
+        Outcome::Unknown { error: text }
     } else {
-        Outcome::Unknown { error }
+        Outcome::Fail { error: text }
     }
 }
 
