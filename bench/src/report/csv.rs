@@ -1,5 +1,7 @@
 //! The CSV: one row per scenario, load, trial, client and loop, with every per-trial metric,
-//! for spreadsheets and scripts (the raw calls are in the JSON).
+//! for spreadsheets and scripts (the raw calls are in the JSON). The client's watch and lease
+//! probes are per client, not per loop: every row of a client repeats them, so a row stands
+//! alone in a filter.
 
 use std::fmt::Write;
 
@@ -10,7 +12,10 @@ const HEADER: &str = "scenario,load,trial,etcd_version,reelection_ms,client,loop
 ok_per_s_before,ok_per_s_during,during_over_before,first_success_ms,longest_gap_ms,\
 back_to_95_ms,errors,errors_in_window,error_kinds,\
 p50_before_ms,p99_before_ms,max_before_ms,p50_during_ms,p99_during_ms,max_during_ms,\
-p50_after_ms,p99_after_ms,max_after_ms,read_back_clean,errored_but_applied";
+p50_after_ms,p99_after_ms,max_after_ms,read_back_clean,errored_but_applied,\
+watch_first_event_ms,watch_delivered,watch_lost,watch_repeated,watch_out_of_order,\
+watch_recreated,watch_ended,lease_first_renewal_ms,lease_renewals,lease_lost,lease_reopened,\
+lease_ended";
 
 /// An optional number, empty when absent.
 fn opt(v: Option<f64>) -> String {
@@ -41,7 +46,7 @@ pub fn render(report: &Report) -> String {
                         .map(|(k, n)| format!("{k}={n}"))
                         .collect();
                     let lat = &m.latency;
-                    let _ = writeln!(
+                    let _ = write!(
                         out,
                         "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                         text(run.scenario),
@@ -73,11 +78,46 @@ pub fn render(report: &Report) -> String {
                         c.read_back.is_clean(),
                         c.read_back.errored_but_applied,
                     );
+                    out.push_str(&probes(c));
+                    out.push('\n');
                 }
             }
         }
     }
     out
+}
+
+/// The watch and lease columns of client trial `c` (empty fields when it ran no probe).
+fn probes(c: &crate::trial::ClientTrial) -> String {
+    let watch = c.watch.as_ref().map_or_else(
+        || ",,,,,,".to_string(),
+        |w| {
+            format!(
+                "{},{},{},{},{},{},{}",
+                opt(w.first_event_after_fault_ms),
+                w.delivered,
+                w.lost,
+                w.repeated,
+                w.out_of_order,
+                w.recreated,
+                text(w.ended.as_deref().unwrap_or("")),
+            )
+        },
+    );
+    let lease = c.lease.as_ref().map_or_else(
+        || ",,,,".to_string(),
+        |l| {
+            format!(
+                "{},{},{},{},{}",
+                opt(l.first_renewal_after_fault_ms),
+                l.renewals,
+                l.lost.map_or_else(String::new, |lost| lost.to_string()),
+                l.reopened,
+                text(l.ended.as_deref().unwrap_or("")),
+            )
+        },
+    );
+    format!(",{watch},{lease}")
 }
 
 #[cfg(test)]
@@ -94,6 +134,27 @@ mod tests {
     #[test]
     fn header_and_rows_have_the_same_width() {
         let fields = HEADER.split(',').count();
-        assert_eq!(fields, 28);
+        assert_eq!(fields, 40);
+        // The probe columns: 7 for the watch, 5 for the lease, each row with a leading comma.
+        let mut client = crate::trial::ClientTrial {
+            client: crate::clients::ClientKind::EtcdHa,
+            error: None,
+            loops: Vec::new(),
+            read_back: Default::default(),
+            watch: None,
+            lease: None,
+        };
+        assert_eq!(probes(&client).split(',').count() - 1, 12);
+        client.watch = Some(crate::watch::WatchMetrics {
+            first_event_after_fault_ms: Some(1.5),
+            delivered: 10,
+            lost: 0,
+            repeated: 0,
+            out_of_order: 0,
+            ended: Some("stream closed, then a comma".into()),
+            recreated: 1,
+        });
+        let row = probes(&client);
+        assert!(row.starts_with(",1.500,10,0,0,0,1,\"stream closed, then a comma\","), "{row}");
     }
 }
