@@ -1,6 +1,6 @@
 //! Writers for planned-maintenance tests: tasks that put without pause, each call with the
-//! application's own deadline, and report every error that reached them and the longest gap
-//! between successes.
+//! application's own deadline, and report every error that reached them, the longest gap
+//! between successes, and when each success came (for the gap within one step of a test).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +16,31 @@ pub struct Seen {
     pub ok: u32,
     pub errors: Vec<String>,
     pub longest_gap: Duration,
+    /// When each put was acknowledged, in order.
+    pub acked_at: Vec<Instant>,
+}
+
+impl Seen {
+    /// The longest time between two successes that overlaps `from..to`, and when it began.
+    pub fn longest_gap_in(&self, from: Instant, to: Instant) -> (Duration, Instant) {
+        self.acked_at
+            .windows(2)
+            .filter(|w| w[1] > from && w[0] < to)
+            .map(|w| (w[1] - w[0], w[0]))
+            .max()
+            .unwrap_or((Duration::ZERO, from))
+    }
+
+    /// The longest time writes stood still within `from..to`: a gap that began before `from`
+    /// counts from `from` only (it was not caused by what began then).
+    pub fn longest_stall_in(&self, from: Instant, to: Instant) -> Duration {
+        self.acked_at
+            .windows(2)
+            .filter(|w| w[1] > from && w[0] < to)
+            .map(|w| w[1] - w[0].max(from))
+            .max()
+            .unwrap_or(Duration::ZERO)
+    }
 }
 
 /// Running writers; [`Writers::finish`] stops them.
@@ -38,6 +63,7 @@ impl Writers {
                         ok: 0,
                         errors: Vec::new(),
                         longest_gap: Duration::ZERO,
+                        acked_at: Vec::new(),
                     };
                     let mut last_ok = Instant::now();
                     let mut i = 0u64;
@@ -49,6 +75,7 @@ impl Writers {
                                 seen.ok += 1;
                                 seen.longest_gap = seen.longest_gap.max(last_ok.elapsed());
                                 last_ok = Instant::now();
+                                seen.acked_at.push(last_ok);
                             }
                             Err(e) => seen.errors.push(e.to_string()),
                         }
