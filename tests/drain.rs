@@ -1,15 +1,16 @@
-//! Planned maintenance with the drain API against a real 3-member cluster, under writers with
-//! a 1 s deadline, a managed watch and a kept lease: draining the leader moves leadership and
-//! every stream away before the member is stopped, and a rolling restart of every member (drain,
-//! SIGTERM, start, undrain) reaches no caller.
+//! Planned maintenance with the drain API against a real 3-member cluster, under an
+//! application's whole traffic (writers with a 1 s deadline, linearizable and serializable
+//! readers, a managed watch, a kept lease, a leadership holder): draining the leader moves
+//! leadership and every stream away before the member is stopped, and a rolling restart of every
+//! member (drain, SIGTERM, start, undrain) reaches no caller and loses or repeats nothing.
 
 mod support;
 
 use std::time::Duration;
 
 use etcd_ha::testkit::Cluster;
-use etcd_ha::{Client, HealthState, WatchBatch, WatchOptions};
-use support::writers::{Seen, Writers};
+use etcd_ha::{Client, HealthState};
+use support::traffic::{Seen, Traffic};
 use tokio::time::Instant;
 
 /// Wait until every endpoint is healthy again and the client knows the leader.
@@ -25,26 +26,6 @@ async fn all_healthy(client: &Client) {
         assert!(Instant::now() < until, "not healthy again: {endpoints:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// A managed watch on the writers' prefix: counts events, fails the test on an error.
-fn watch_writers(client: &Client) -> tokio::task::JoinHandle<u64> {
-    let client = client.clone();
-    tokio::spawn(async move {
-        let mut stream = client
-            .watch()
-            .watch("writer/", WatchOptions::new().with_prefix())
-            .await
-            .expect("managed watch");
-        let mut events = 0;
-        while let Some(batch) = stream.next_batch().await {
-            let batch = batch.expect("the managed watch never fails through planned maintenance");
-            if let WatchBatch::Events { events: e, .. } = batch {
-                events += e.len() as u64;
-            }
-        }
-        events
-    })
 }
 
 /// The longest time writes may stand still once `drain` is called, leadership moving off the
@@ -124,9 +105,7 @@ async fn rolling_restart_with_drain_reaches_no_caller() {
     let mut cluster = support::cluster3().await;
     let client = support::client(&cluster).await;
     all_healthy(&client).await;
-    let lease = client.keeper().grant(Duration::from_secs(5)).await.unwrap();
-    let watch = watch_writers(&client);
-    let writers = Writers::start(&client, 4, Duration::from_secs(1));
+    let traffic = Traffic::start(&client, "drain", 4).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The leader first (leadership moves before the stop), then every other member.
@@ -139,17 +118,9 @@ async fn rolling_restart_with_drain_reaches_no_caller() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let seen = writers.finish().await;
-    for s in &seen {
-        println!(
-            "MEASURE writer through a drained rolling restart: {} ok, errors {:?}, longest gap {:?}",
-            s.ok, s.errors, s.longest_gap
-        );
-    }
-    assert!(
-        seen.iter().all(|s| s.ok > 20),
-        "the writers made progress: {seen:?}"
-    );
+    let report = traffic.finish().await;
+    report.print("drained rolling restart");
+    let seen = &report.writers;
     for step in &steps {
         let (i, led) = (step.member, step.led);
         let (from, to) = step.drain;
@@ -158,7 +129,7 @@ async fn rolling_restart_with_drain_reaches_no_caller() {
             .map(|s| s.longest_stall_in(from, to))
             .max()
             .unwrap();
-        let (step_gap, step_at) = longest_gap(&seen, step.whole);
+        let (step_gap, step_at) = longest_gap(seen, step.whole);
         println!(
             "MEASURE step of member {i} (leader: {led}): writes stood still {stall:?} at most \
              once drained (drain took {:?}); longest gap in the whole step {step_gap:?} \
@@ -171,9 +142,5 @@ async fn rolling_restart_with_drain_reaches_no_caller() {
             "member {i} (leader: {led}): writes stood still {stall:?} once drained"
         );
     }
-    let errors: Vec<&String> = seen.iter().flat_map(|s| &s.errors).collect();
-    assert!(errors.is_empty(), "errors reached the caller: {errors:?}");
-    assert!(!lease.is_expired(), "the kept lease survived");
-    assert!(!watch.is_finished(), "the managed watch is still running");
-    watch.abort();
+    report.assert_clean();
 }
