@@ -16,13 +16,18 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::endpoint::{Endpoint, HealthState};
 use crate::error::{Error, Result};
+use crate::proto::etcdserverpb::MoveLeaderResponse;
 
 /// How often `drain` looks whether the member is quiet yet: a short, bounded wait (in-flight
 /// calls finish within their deadline), not a hot path.
 const QUIET_CHECK: Duration = Duration::from_millis(5);
 
-/// How long leadership may take to move after MoveLeader before `drain` gives up on it.
-const MOVE_LIMIT: Duration = Duration::from_secs(5);
+/// How often the MoveLeader target is asked whether it leads yet. The transfer itself takes
+/// 10-40 ms on a healthy cluster, but etcd answers MoveLeader only when it next checks who
+/// leads, a raft tick (the heartbeat interval, 100 ms by default) after the request: calls
+/// waiting for the new leader go as soon as the target says it leads instead. A Status call is
+/// cheap for etcd (no disk, no consensus), and this lasts only while leadership moves.
+const TARGET_POLL: Duration = Duration::from_millis(5);
 
 impl Client {
     /// Drain the member behind `endpoint` (one of the client's endpoints, any accepted
@@ -89,41 +94,84 @@ impl Client {
             && self.watch().stream_endpoint() != url
     }
 
-    /// Move leadership from `ep` to the healthiest other member, and wait until the client's
-    /// leader view says it moved.
+    /// Move leadership from `ep` to the healthiest other member, and record the new leader in
+    /// the client's leader view as soon as it is known: when the target itself says it leads,
+    /// or when etcd answers the MoveLeader, whichever comes first.
     async fn move_leadership_off(&self, ep: &Arc<Endpoint>) -> Result<()> {
         let transport = self.transport();
-        let target = transport
+        let target = self.transferee(ep)?;
+        let (from, to) = (ep.raft().member_id, target.raft().member_id);
+        let to_hex = format!("{to:x}");
+        tracing::info!(endpoint = %ep.url, to = %to_hex, "drain: moving leadership");
+        // From now on leader-bound calls wait for the new leader: the old one drops the
+        // proposals that followers forward to it while it hands over (they would hang until
+        // their deadline), and answers its own with `raft proposal dropped` (resent).
+        transport.balancer.leader_moving(from);
+        let on_leader = self.maintenance().on(&ep.url)?;
+        let moved = on_leader.move_leader(to);
+        let leads = self.until_leading(from, &target);
+        tokio::pin!(moved, leads);
+        let answer = tokio::select! {
+            // etcd's answer: leadership moved, or the transfer failed.
+            answer = &mut moved => Some(answer),
+            // The target said it leads first; the leader view has it already.
+            () = &mut leads => None,
+        };
+        self.on_moved(from, to, answer)
+    }
+
+    /// The member leadership goes to: the healthiest other voting member that is not drained.
+    fn transferee(&self, ep: &Arc<Endpoint>) -> Result<Arc<Endpoint>> {
+        self.transport()
             .balancer
             .endpoints()
             .iter()
             .filter(|e| !Arc::ptr_eq(e, ep) && !e.is_draining() && e.raft().member_id != 0)
             .filter(|e| e.state() == HealthState::Healthy)
             .min_by_key(|e| e.info(0).latency.unwrap_or(Duration::MAX))
-            .map(|e| e.raft().member_id)
-            .ok_or(Error::NoEndpoints)?;
-        let to = format!("{target:x}");
-        tracing::info!(endpoint = %ep.url, %to, "drain: moving leadership");
-        // From now on leader-bound calls wait for the new leader: the old one drops the
-        // proposals that followers forward to it while it hands over (they would hang until
-        // their deadline), and answers its own with `raft proposal dropped` (resent).
-        transport.balancer.leader_moving(ep.raft().member_id);
-        self.maintenance().on(&ep.url)?.move_leader(target).await?;
-        let mut view = transport.balancer.leader_changes();
-        let until = Instant::now() + MOVE_LIMIT;
-        let from = ep.raft().member_id;
+            .cloned()
+            .ok_or(Error::NoEndpoints)
+    }
+
+    /// Ask `target` its status every [`TARGET_POLL`] until it says it leads, then record it
+    /// as the leader (as MoveLeader's answer would: a Status answer's raft term is the term of
+    /// the member's last applied entry, which lags behind its election). Never ends otherwise:
+    /// MoveLeader's own answer or deadline ends the wait.
+    async fn until_leading(&self, from: u64, target: &Arc<Endpoint>) {
+        let to = target.raft().member_id;
+        let Ok(maintenance) = self.maintenance().on(&target.url) else {
+            return std::future::pending().await;
+        };
         loop {
-            let leader = view.borrow_and_update().member_id;
-            if leader != 0 && leader != from {
-                return Ok(());
+            if let Ok(status) = maintenance.status().await
+                && status.leader == to
+            {
+                self.transport().balancer.leader_moved(from, to);
+                return;
             }
-            if Instant::now() >= until {
-                return Err(Error::Timeout);
+            tokio::time::sleep(TARGET_POLL).await;
+        }
+    }
+
+    /// What the move's outcome means for the leader view; `None`: the target said it leads.
+    fn on_moved(
+        &self,
+        from: u64,
+        to: u64,
+        answer: Option<Result<MoveLeaderResponse>>,
+    ) -> Result<()> {
+        let balancer = &self.transport().balancer;
+        match answer {
+            None => Ok(()),
+            Some(Ok(_)) => {
+                balancer.leader_moved(from, to);
+                Ok(())
             }
-            // The probers learn the new leader; wake them, and wait for the view to change.
-            transport.balancer.probe_now();
-            let next_nudge = until.min(Instant::now() + Duration::from_millis(100));
-            let _ = tokio::time::timeout_at(next_nudge, view.changed()).await;
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "drain: leadership did not move");
+                balancer.leader_stayed(from);
+                Err(e)
+            }
         }
     }
 }

@@ -1,15 +1,16 @@
-//! Planned maintenance with the drain API against a real 3-member cluster, under writers with
-//! a 1 s deadline, a managed watch and a kept lease: draining the leader moves leadership and
-//! every stream away before the member is stopped, and a rolling restart of every member (drain,
-//! SIGTERM, start, undrain) reaches no caller.
+//! Planned maintenance with the drain API against a real 3-member cluster, under an
+//! application's whole traffic (writers with a 1 s deadline, linearizable and serializable
+//! readers, a managed watch, a kept lease, a leadership holder): draining the leader moves
+//! leadership and every stream away before the member is stopped, and a rolling restart of every
+//! member (drain, SIGTERM, start, undrain) reaches no caller and loses or repeats nothing.
 
 mod support;
 
 use std::time::Duration;
 
 use etcd_ha::testkit::Cluster;
-use etcd_ha::{Client, HealthState, WatchBatch, WatchOptions};
-use support::writers::Writers;
+use etcd_ha::{Client, HealthState};
+use support::traffic::{Seen, Traffic};
 use tokio::time::Instant;
 
 /// Wait until every endpoint is healthy again and the client knows the leader.
@@ -27,33 +28,34 @@ async fn all_healthy(client: &Client) {
     }
 }
 
-/// A managed watch on the writers' prefix: counts events, fails the test on an error.
-fn watch_writers(client: &Client) -> tokio::task::JoinHandle<u64> {
-    let client = client.clone();
-    tokio::spawn(async move {
-        let mut stream = client
-            .watch()
-            .watch("writer/", WatchOptions::new().with_prefix())
-            .await
-            .expect("managed watch");
-        let mut events = 0;
-        while let Some(batch) = stream.next_batch().await {
-            let batch = batch.expect("the managed watch never fails through planned maintenance");
-            if let WatchBatch::Events { events: e, .. } = batch {
-                events += e.len() as u64;
-            }
-        }
-        events
-    })
+/// The longest time writes may stand still once `drain` is called, leadership moving off the
+/// member included (issue 11's target).
+const DRAIN_GAP: Duration = Duration::from_millis(50);
+
+/// What the client may add to etcd's own leader transfer when that alone takes longer than
+/// [`DRAIN_GAP`] allows (seen on a loaded 2-core box: 60 ms and more; no member accepts a write
+/// while it lasts): noticing the new leader (a Status every 5 ms) and one write to it.
+const CLIENT_SHARE: Duration = Duration::from_millis(25);
+
+/// One step of a rolling restart, as the writers' gaps are judged.
+struct Step {
+    member: usize,
+    /// The member led when its step began.
+    led: bool,
+    /// From `drain` called until it returned (for a leader: until the target said it leads).
+    drain: (Instant, Instant),
+    /// From `drain` called until a while after `undrain`.
+    whole: (Instant, Instant),
 }
 
 /// Drain member `i`, check nothing of the client is on it, stop it with SIGTERM, start it
 /// again, wait until it is healthy, undrain it.
-async fn cycle(cluster: &mut Cluster, client: &Client, i: usize) {
+async fn cycle(cluster: &mut Cluster, client: &Client, i: usize) -> Step {
     let url = cluster.endpoint(i);
+    let led = cluster.leader(support::READY).await.unwrap() == i;
     let started = Instant::now();
     client.drain(&url).await.expect("drain");
-    println!("MEASURE drain of member {i} took {:?}", started.elapsed());
+    let drained = Instant::now();
     let info = client
         .endpoints()
         .into_iter()
@@ -66,10 +68,36 @@ async fn cycle(cluster: &mut Cluster, client: &Client, i: usize) {
     assert_ne!(client.keeper().stream_endpoint(), Some(url.clone()));
     assert_ne!(client.watch().stream_endpoint(), Some(url.clone()));
     cluster.terminate(i).await;
+    let stopped = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     cluster.restart(i).await.expect("restart");
+    let back = started.elapsed();
     all_healthy(client).await;
     client.undrain(&url).unwrap();
+    println!(
+        "MEASURE member {i} (leader: {led}): drained in {:?}, stopped at {stopped:?}, \
+         started at {back:?}, undrained at {:?}",
+        drained - started,
+        started.elapsed()
+    );
+    // The undrained member takes calls again: part of the step.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Step {
+        member: i,
+        led,
+        drain: (started, drained),
+        whole: (started, Instant::now()),
+    }
+}
+
+/// The longest gap any writer saw that overlaps `window`, and how far into it it began.
+fn longest_gap(seen: &[Seen], (from, to): (Instant, Instant)) -> (Duration, Duration) {
+    let (gap, at) = seen
+        .iter()
+        .map(|s| s.longest_gap_in(from, to))
+        .max()
+        .unwrap();
+    (gap, at.saturating_duration_since(from))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,31 +105,42 @@ async fn rolling_restart_with_drain_reaches_no_caller() {
     let mut cluster = support::cluster3().await;
     let client = support::client(&cluster).await;
     all_healthy(&client).await;
-    let lease = client.keeper().grant(Duration::from_secs(5)).await.unwrap();
-    let watch = watch_writers(&client);
-    let writers = Writers::start(&client, 4, Duration::from_secs(1));
+    let traffic = Traffic::start(&client, "drain", 4).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The leader first (leadership moves before the stop), then every other member.
     let leader = cluster.leader(support::READY).await.unwrap();
     let mut order = vec![leader];
     order.extend((0..cluster.len()).filter(|&i| i != leader));
+    let mut steps = Vec::new();
     for i in order {
-        cycle(&mut cluster, &client, i).await;
+        steps.push(cycle(&mut cluster, &client, i).await);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let seen = writers.finish().await;
-    for s in &seen {
-        println!("MEASURE writer through a drained rolling restart: {s:?}");
+    let report = traffic.finish().await;
+    report.print("drained rolling restart");
+    let seen = &report.writers;
+    for step in &steps {
+        let (i, led) = (step.member, step.led);
+        let (from, to) = step.drain;
+        let stall = seen
+            .iter()
+            .map(|s| s.longest_stall_in(from, to))
+            .max()
+            .unwrap();
+        let (step_gap, step_at) = longest_gap(seen, step.whole);
+        println!(
+            "MEASURE step of member {i} (leader: {led}): writes stood still {stall:?} at most \
+             once drained (drain took {:?}); longest gap in the whole step {step_gap:?} \
+             ({step_at:?} in)",
+            to - from
+        );
+        let allowed = DRAIN_GAP.max(to - from + CLIENT_SHARE);
+        assert!(
+            stall <= allowed,
+            "member {i} (leader: {led}): writes stood still {stall:?} once drained"
+        );
     }
-    assert!(
-        seen.iter().all(|s| s.ok > 20),
-        "the writers made progress: {seen:?}"
-    );
-    let errors: Vec<&String> = seen.iter().flat_map(|s| &s.errors).collect();
-    assert!(errors.is_empty(), "errors reached the caller: {errors:?}");
-    assert!(!lease.is_expired(), "the kept lease survived");
-    assert!(!watch.is_finished(), "the managed watch is still running");
-    watch.abort();
+    report.assert_clean();
 }

@@ -84,6 +84,44 @@ impl LeaderCell {
         });
     }
 
+    /// A MoveLeader from `from` to `to` is done (etcd answered it, or `to` said it leads): `to`
+    /// leads now. Recorded at once, so that calls waiting for the new leader go without waiting
+    /// for a probe, unless something newer was learnt meanwhile (the view names neither `from`
+    /// nor nobody). Returns whether the view changed.
+    ///
+    /// Neither says in which raft term (etcd 3.4 and 3.5 send `MoveLeaderResponse` without a
+    /// header, and a Status answer's term is that of the member's last applied entry, which
+    /// lags behind an election), but `to` won an election after every term seen so far, so its
+    /// term is at least one more than the view's: recorded as that lower bound, a late answer
+    /// naming `from` in its old term loses, while any real answer from `to`'s term or a later
+    /// one wins. If `to` does not lead after all, its own "not leader" error or a newer term
+    /// naming another member corrects the view the usual way.
+    pub(crate) fn appoint(&self, from: u64, to: u64) -> bool {
+        self.view.send_if_modified(|view| {
+            if to == 0 || (view.member_id != 0 && view.member_id != from) {
+                return false;
+            }
+            view.member_id = to;
+            view.term += 1;
+            if view.lost.is_some_and(|(id, _)| id != to) {
+                view.lost = None;
+            }
+            true
+        })
+    }
+
+    /// A leader move away from `member_id` failed: end the outage that began when it started
+    /// (the member may still lead; probes will say), so that waiting calls go now.
+    pub(crate) fn end_outage_of(&self, member_id: u64) {
+        self.view.send_if_modified(|view| match view.lost {
+            Some((id, _)) if id == member_id => {
+                view.lost = None;
+                true
+            }
+            _ => false,
+        });
+    }
+
     /// End the outage that began at `since` with losing `member_id` (evidence says the
     /// cluster is served again); a newer outage is left alone.
     pub(crate) fn end_outage(&self, member_id: u64, since: Instant) {
@@ -166,6 +204,84 @@ mod tests {
         cell.end_outage(1, t1);
         assert_eq!(cell.get().lost, Some((1, t0)));
         cell.end_outage(1, t0);
+        assert_eq!(cell.get().lost, None);
+    }
+
+    /// A drained leader hands over to 2 (MoveLeader answered): the waiters hear of it at once,
+    /// a late answer from the old leader's term cannot bring it back, the real term of the new
+    /// leader is taken over silently, and a newer term naming someone else still wins.
+    #[tokio::test(start_paused = true)]
+    async fn a_moveleader_answer_appoints_the_target_at_once() {
+        let cell = LeaderCell::default();
+        cell.observe(1, 5);
+        let t0 = Instant::now();
+        cell.forget(1, t0);
+        let mut seen = cell.subscribe();
+        seen.borrow_and_update();
+        // A probe that started before the transfer still names 1 in term 5.
+        cell.observe(1, 5);
+        tokio::time::advance(Duration::from_millis(30)).await;
+        assert!(cell.appoint(1, 2));
+        assert!(seen.has_changed().unwrap(), "waiters wake at the answer");
+        assert_eq!(
+            cell.get(),
+            LeaderView {
+                member_id: 2,
+                term: 6,
+                lost: None
+            }
+        );
+        assert_eq!(cell.observe(1, 5), None, "a late answer of the old term");
+        assert_eq!(
+            cell.observe(0, 6),
+            None,
+            "a member that has not heard of 2 yet"
+        );
+        assert_eq!(cell.get().member_id, 2);
+        assert_eq!(cell.observe(2, 7), None, "2's real term: no leader change");
+        assert_eq!(cell.get().term, 7);
+        assert_eq!(cell.observe(3, 8), Some(2), "a newer election still wins");
+    }
+
+    #[test]
+    fn an_appointment_never_overrides_what_was_learnt_meanwhile() {
+        let cell = LeaderCell::default();
+        cell.observe(1, 5);
+        cell.forget(1, Instant::now());
+        // The target itself already said it leads, in its real term.
+        cell.observe(2, 6);
+        assert!(!cell.appoint(1, 2));
+        assert_eq!(cell.get().term, 6, "no term is made up over a real one");
+        // Another member leads in a newer term: the stale appointment changes nothing.
+        cell.observe(3, 7);
+        assert!(!cell.appoint(1, 2));
+        assert_eq!(cell.get().member_id, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_appointed_leader_that_refuses_is_forgotten() {
+        let cell = LeaderCell::default();
+        cell.observe(1, 5);
+        cell.forget(1, Instant::now());
+        cell.appoint(1, 2);
+        // 2 answers "not leader": the usual path forgets it and starts an outage.
+        let t1 = Instant::now();
+        cell.forget(2, t1);
+        assert_eq!(cell.get().member_id, 0);
+        assert_eq!(cell.get().lost, Some((2, t1)));
+        cell.observe(3, 7);
+        assert_eq!(cell.get().lost, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_move_ends_its_outage_only() {
+        let cell = LeaderCell::default();
+        cell.observe(1, 5);
+        let t0 = Instant::now();
+        cell.forget(1, t0);
+        cell.end_outage_of(2);
+        assert_eq!(cell.get().lost, Some((1, t0)), "another member's outage");
+        cell.end_outage_of(1);
         assert_eq!(cell.get().lost, None);
     }
 

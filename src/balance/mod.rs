@@ -220,6 +220,24 @@ impl Balancer {
         self.leader.forget(member_id, Instant::now());
     }
 
+    /// A MoveLeader from `from` to `to` is done (etcd answered it, or `to` says it leads): `to`
+    /// leads now (see [`LeaderCell::appoint`](leader::LeaderCell::appoint)); the probers are
+    /// woken to confirm it.
+    pub(crate) fn leader_moved(&self, from: u64, to: u64) {
+        if self.leader.appoint(from, to) {
+            let (old, new) = (format!("{from:x}"), format!("{to:x}"));
+            tracing::info!(from = %old, to = %new, "leader changed (MoveLeader)");
+        }
+        self.probe_now();
+    }
+
+    /// A leader move away from `member_id` failed: calls stop waiting for a new leader (the
+    /// member may still lead; the probers, woken, will say who does).
+    pub(crate) fn leader_stayed(&self, member_id: u64) {
+        self.leader.end_outage_of(member_id);
+        self.probe_now();
+    }
+
     /// When we lost the leader, if that outage is still on: no other leader has been seen since
     /// and the lost one is not healthy again. Ends the outage (and wakes its waiters) when the
     /// evidence says it is over.

@@ -99,6 +99,16 @@ impl ExtraMember {
     }
 }
 
+impl ExtraMember {
+    /// Whether the process has exited (e.g. a port of its was taken), and its log then.
+    pub fn exited(&mut self, dir: &Path) -> Option<String> {
+        match self.0.try_wait() {
+            Ok(Some(_)) => Some(std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default()),
+            _ => None,
+        }
+    }
+}
+
 impl Drop for ExtraMember {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 pub mod members;
+pub mod traffic;
 pub mod workload;
-pub mod writers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
