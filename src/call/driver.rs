@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tonic::Request;
 
 use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
+use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
 use crate::endpoint::{Endpoint, InFlight};
 use crate::error::{Error, Result};
@@ -112,6 +113,8 @@ impl Transport {
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         crate::metrics::request(rpc.name());
+        self.counters.add(Count::Call);
+        self.budget_call();
         let Call {
             target,
             deadline,
@@ -121,6 +124,9 @@ impl Transport {
         let deadline = self.deadline_at(deadline);
         let config = self.plan_config(rpc, &target, stream, deadline.is_some());
         let mut plan = Plan::new(config, deadline);
+        // The member's own hedge delay, for the calls that hedge (the others need none).
+        let cap = self.options.attempt_timeout;
+        let paced = |ep: &Endpoint| config.hedging.then(|| ep.hedge_delay(cap)).flatten();
         let launch = |id: AttemptId, ep: Arc<Endpoint>| {
             let mut request = Request::new(make());
             let (generation, sent_token) = self.decorate(rpc, require_leader, &mut request);
@@ -154,7 +160,8 @@ impl Transport {
         self.await_leader(route, plan.deadline()).await;
         let first = self.pick(route, &target, &attempts.tried)?;
         attempts.tried.push(first.url.clone());
-        let id = plan.launched(Instant::now(), false);
+        let id = plan.launched_to(Instant::now(), false, paced(&first));
+        self.counters.add(Count::Attempt);
         attempts.members.push((id, first.clone()));
         attempts.running.push(launch(id, first));
 
@@ -169,7 +176,11 @@ impl Transport {
                     attempts.members.retain(|(i, _)| *i != answer.id);
                     match answer.result {
                         Ok(response) => {
-                            answer.ep.on_success(answer.started.elapsed());
+                            let latency = answer.started.elapsed();
+                            answer.ep.on_success(latency);
+                            if config.hedging {
+                                answer.ep.on_answer(latency, cap);
+                            }
                             return Ok((answer.ep, response.into_inner()));
                         }
                         Err(status) => {
@@ -185,7 +196,8 @@ impl Transport {
                                 Step::Renew => {
                                     self.renew_within(answer.generation, plan.deadline())
                                         .await?;
-                                    let again = plan.launched(Instant::now(), true);
+                                    let again =
+                                        plan.launched_to(Instant::now(), true, paced(&answer.ep));
                                     attempts.members.push((again, answer.ep.clone()));
                                     attempts.running.push(launch(again, answer.ep));
                                     continue;
@@ -222,7 +234,12 @@ impl Transport {
                         self.learn(ep, &Error::Timeout);
                     }
                 }
-                Step::Hedge => {
+                Step::Hedge { early } => {
+                    // The attempt in flight is overdue by its member's own pace: new calls
+                    // avoid that member while it is suspected.
+                    for (_, ep) in &attempts.members {
+                        ep.suspect();
+                    }
                     let Ok(next) = self.pick(route, &target, &attempts.tried) else {
                         plan.no_hedge(Instant::now());
                         continue;
@@ -232,10 +249,18 @@ impl Transport {
                         plan.no_hedge(Instant::now());
                         continue;
                     }
-                    tracing::debug!(rpc = rpc.name(), to = %next.url, "hedging a slow request");
+                    if early && !self.budget_hedge() {
+                        // Over budget: this hedge goes out at the cap, like any hedge used to.
+                        self.counters.add(Count::HedgeRefused);
+                        plan.hedge_refused(Instant::now());
+                        continue;
+                    }
+                    tracing::debug!(rpc = rpc.name(), to = %next.url, early, "hedging a slow request");
                     crate::metrics::retry(rpc.name());
+                    self.counters.add(Count::Hedge { early });
+                    self.counters.add(Count::Attempt);
                     attempts.tried.push(next.url.clone());
-                    let id = plan.launched(Instant::now(), false);
+                    let id = plan.launched_to(Instant::now(), false, paced(&next));
                     attempts.members.push((id, next.clone()));
                     attempts.running.push(launch(id, next));
                 }
@@ -247,7 +272,8 @@ impl Transport {
                     let next = self.next_endpoint(route, &target, tried, failed.as_deref())?;
                     tracing::debug!(rpc = rpc.name(), to = %next.url, %error, "retrying");
                     crate::metrics::retry(rpc.name());
-                    let id = plan.launched(Instant::now(), false);
+                    self.counters.add(Count::Attempt);
+                    let id = plan.launched_to(Instant::now(), false, paced(&next));
                     attempts.members.push((id, next.clone()));
                     attempts.running.push(launch(id, next));
                 }
