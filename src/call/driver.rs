@@ -39,14 +39,28 @@ enum Event<T> {
 /// Attempts in flight, and which member each went to.
 struct Attempts<F> {
     running: FuturesUnordered<F>,
-    members: Vec<(AttemptId, Arc<Endpoint>)>,
+    members: Vec<(AttemptId, Arc<Endpoint>, Instant)>,
     /// Members this call went to (by URL), so that retries and hedges go elsewhere.
     tried: Vec<Arc<str>>,
 }
 
 impl<F: Future> Attempts<F> {
     fn member(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
-        self.members.iter().find(|(i, _)| *i == id).map(|(_, e)| e)
+        self.members
+            .iter()
+            .find(|(i, _, _)| *i == id)
+            .map(|(_, e, _)| e)
+    }
+
+    /// The member of attempt `id`, when its silence counts against it: it has owed its answer
+    /// longer than the member's own pace allows (see [`Endpoint::is_overdue`]). On a saturated
+    /// box every member is slow and none is broken: its late answers eject nobody.
+    fn blamed(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
+        self.members
+            .iter()
+            .find(|(i, _, _)| *i == id)
+            .filter(|(_, ep, started)| ep.is_overdue(started.elapsed()))
+            .map(|(_, e, _)| e)
     }
 }
 
@@ -162,7 +176,7 @@ impl Transport {
         attempts.tried.push(first.url.clone());
         let id = plan.launched_to(Instant::now(), false, paced(&first));
         self.counters.add(Count::Attempt);
-        attempts.members.push((id, first.clone()));
+        attempts.members.push((id, first.clone(), Instant::now()));
         attempts.running.push(launch(id, first));
 
         loop {
@@ -173,7 +187,7 @@ impl Transport {
             };
             let step = match event {
                 Event::Answer(answer) => {
-                    attempts.members.retain(|(i, _)| *i != answer.id);
+                    attempts.members.retain(|(i, _, _)| *i != answer.id);
                     match answer.result {
                         Ok(response) => {
                             let latency = answer.started.elapsed();
@@ -198,7 +212,11 @@ impl Transport {
                                         .await?;
                                     let again =
                                         plan.launched_to(Instant::now(), true, paced(&answer.ep));
-                                    attempts.members.push((again, answer.ep.clone()));
+                                    attempts.members.push((
+                                        again,
+                                        answer.ep.clone(),
+                                        Instant::now(),
+                                    ));
                                     attempts.running.push(launch(again, answer.ep));
                                     continue;
                                 }
@@ -223,21 +241,21 @@ impl Transport {
                 Step::Renew | Step::Wait => {}
                 Step::Fail { error, blame } => {
                     for id in blame {
-                        if let Some(ep) = attempts.member(id) {
+                        if let Some(ep) = attempts.blamed(id) {
                             self.learn(ep, &Error::Timeout);
                         }
                     }
                     return Err(error);
                 }
                 Step::Blame(id) => {
-                    if let Some(ep) = attempts.member(id) {
+                    if let Some(ep) = attempts.blamed(id) {
                         self.learn(ep, &Error::Timeout);
                     }
                 }
                 Step::Hedge { early } => {
                     // The attempt in flight is overdue by its member's own pace: new calls
                     // avoid that member while it is suspected.
-                    for (_, ep) in &attempts.members {
+                    for (_, ep, _) in &attempts.members {
                         ep.suspect();
                     }
                     let Ok(next) = self.pick(route, &target, &attempts.tried) else {
@@ -249,8 +267,9 @@ impl Transport {
                         plan.no_hedge(Instant::now());
                         continue;
                     }
-                    if early && !self.budget_hedge() {
-                        // Over budget: this hedge goes out at the cap, like any hedge used to.
+                    if !self.budget_hedge() {
+                        // Over budget: an early hedge waits for the cap, one at the cap looks
+                        // again one cap later (the budget refills as calls go on).
                         self.counters.add(Count::HedgeRefused);
                         plan.hedge_refused(Instant::now());
                         continue;
@@ -261,7 +280,7 @@ impl Transport {
                     self.counters.add(Count::Attempt);
                     attempts.tried.push(next.url.clone());
                     let id = plan.launched_to(Instant::now(), false, paced(&next));
-                    attempts.members.push((id, next.clone()));
+                    attempts.members.push((id, next.clone(), Instant::now()));
                     attempts.running.push(launch(id, next));
                 }
                 Step::Retry { after, error } => {
@@ -274,7 +293,7 @@ impl Transport {
                     crate::metrics::retry(rpc.name());
                     self.counters.add(Count::Attempt);
                     let id = plan.launched_to(Instant::now(), false, paced(&next));
-                    attempts.members.push((id, next.clone()));
+                    attempts.members.push((id, next.clone(), Instant::now()));
                     attempts.running.push(launch(id, next));
                 }
             }

@@ -148,7 +148,7 @@ pub(crate) struct Transport {
     pub(crate) cancel: CancellationToken,
     /// The newest store revision in any KV answer: where a managed watch from "now" starts.
     seen_revision: AtomicI64,
-    /// Early hedges draw on it (see [`budget`]); a std mutex held for a few additions, never
+    /// Hedges draw on it (see [`budget`]); a std mutex held for a few additions, never
     /// across `.await`.
     budget: Mutex<budget::HedgeBudget>,
     /// What the calls did, for [`Client::call_stats`](crate::Client::call_stats).
@@ -234,7 +234,7 @@ impl Transport {
         budget.call(Instant::now());
     }
 
-    /// An early hedge is due: whether the budget allows it (and takes it if so).
+    /// A hedge is due: whether the budget allows it (and takes it if so).
     pub(crate) fn budget_hedge(&self) -> bool {
         let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
         budget.try_hedge(Instant::now())

@@ -11,8 +11,9 @@
 //!   driver's endpoints), and at the latest at the cap `min(attempt timeout, remaining
 //!   deadline / 3)`, computed from the call's own deadline, so a short per-call deadline still
 //!   gets a hedge;
-//! - a hedge before the cap is *early*: the driver asks the hedge budget first, and when it
-//!   refuses, the hedge waits for the cap ([`Plan::hedge_refused`]);
+//! - the driver asks the hedge budget before every hedge; a refused hedge before the cap (an
+//!   *early* one) waits for the cap, one at the cap looks again a cap later
+//!   ([`Plan::hedge_refused`]);
 //! - a definite answer (success, or an error that is not retryable) from any attempt wins;
 //! - a mutation is never sent again after an ambiguous failure (the retry policy says so);
 //! - the token is renewed at most once per call;
@@ -89,7 +90,7 @@ pub(crate) enum Step {
     /// Sleep `after`, then send a new attempt to another member; `error` is the last failure.
     Retry { after: Duration, error: Error },
     /// Send a new attempt to another member now (if there is one; else [`Plan::no_hedge`]).
-    /// `early`: before the cap, on the member's own pace; such a hedge needs the budget's
+    /// `early`: before the cap, on the member's own pace. Any hedge needs the budget's
     /// consent (else [`Plan::hedge_refused`]).
     Hedge { early: bool },
     /// Renew the token (within the deadline), then send this attempt's request again to the
@@ -192,7 +193,8 @@ impl Plan {
         self.hedge_at = Some(at);
     }
 
-    /// An early hedge was due but the budget refused it: hedge at the cap instead.
+    /// A hedge was due but the budget refused it: an early one waits for the cap, one at the
+    /// cap looks again a cap later.
     pub(crate) fn hedge_refused(&mut self, now: Instant) {
         match self.hedge_cap_at.filter(|cap| *cap > now) {
             Some(cap) => self.hedge_at = Some(cap),

@@ -35,6 +35,30 @@ pub struct CallStats {
     pub ejections: u64,
 }
 
+impl CallStats {
+    /// What happened between `earlier` and this snapshot.
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// let before = client.call_stats();
+    /// // ... traffic ...
+    /// let run = client.call_stats().since(&before);
+    /// println!("{} hedges for {} calls", run.hedges, run.calls);
+    /// # }
+    /// ```
+    pub fn since(&self, earlier: &CallStats) -> CallStats {
+        CallStats {
+            calls: self.calls.saturating_sub(earlier.calls),
+            attempts: self.attempts.saturating_sub(earlier.attempts),
+            hedges: self.hedges.saturating_sub(earlier.hedges),
+            early_hedges: self.early_hedges.saturating_sub(earlier.early_hedges),
+            hedges_refused: self.hedges_refused.saturating_sub(earlier.hedges_refused),
+            suspicions: self.suspicions.saturating_sub(earlier.suspicions),
+            ejections: self.ejections.saturating_sub(earlier.ejections),
+        }
+    }
+}
+
 /// The transport's live counters.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {

@@ -176,6 +176,12 @@ impl Endpoint {
         news
     }
 
+    /// Whether an attempt here that has owed its answer for `age` is overdue by this member's
+    /// own pace (always, until its pace is known).
+    pub(crate) fn is_overdue(&self, age: Duration) -> bool {
+        self.with_pace(|p| p.is_overdue(age, Instant::now()))
+    }
+
     /// Whether this member is suspected of stalling now.
     pub(crate) fn is_suspected(&self) -> bool {
         self.with_pace(|p| p.is_suspected(Instant::now()))

@@ -52,6 +52,12 @@ pub(crate) const HEDGE_FLOOR: Duration = Duration::from_millis(5);
 /// bound; a member wrongly suspected loses its share of calls for at most this long.
 pub(crate) const SUSPECT_HOLD: Duration = Duration::from_millis(500);
 
+/// An answer owed this many times the member's tail counts against it (ejects it): twice the
+/// hedge's margin, since ejection costs far more than a hedge. A member answering in 0.2 ms is
+/// blamed by the fixed timers as before; one that a saturated box slows to a 400 ms tail is not
+/// blamed for a 500 ms answer.
+pub(crate) const BLAME_FACTOR: f64 = 4.0;
+
 /// A member's latency window and suspicion, changed together behind one lock.
 #[derive(Clone, Debug)]
 pub(crate) struct Pace {
@@ -74,6 +80,16 @@ impl Pace {
     pub(crate) fn hedge_delay(&mut self, cap: Duration, now: Instant) -> Option<Duration> {
         let tail = self.window.quantile(TAIL_QUANTILE, now)?;
         Some(tail.mul_f64(TAIL_FACTOR).max(HEDGE_FLOOR).min(cap))
+    }
+
+    /// Whether an answer owed for `age` at `now` is overdue by this member's own pace: past
+    /// [`BLAME_FACTOR`] times its tail, or at all while its pace is unknown. (The caller's
+    /// fixed timer, the attempt timeout, has run out too: this only spares a member that is
+    /// slow all the time.)
+    pub(crate) fn is_overdue(&mut self, age: Duration, now: Instant) -> bool {
+        self.window
+            .quantile(TAIL_QUANTILE, now)
+            .is_none_or(|tail| age >= tail.mul_f64(BLAME_FACTOR))
     }
 
     /// A call here answered in `latency` at `now`: one more sample, and an answer within the
@@ -168,6 +184,21 @@ mod tests {
         }
         tokio::time::advance(super::super::latency::GENERATION).await;
         assert_eq!(p.hedge_delay(CAP, Instant::now()), Some(HEDGE_FLOOR));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_answer_is_overdue_unless_the_member_is_always_that_slow() {
+        // Unknown pace: the fixed timers decide.
+        let mut p = Pace::new(Instant::now());
+        assert!(p.is_overdue(CAP, Instant::now()));
+        // A fast member owing 300 ms is overdue.
+        let mut fast = fed(us(200), 100);
+        assert!(fast.is_overdue(CAP, Instant::now()));
+        // A member whose tail is 400 ms (a saturated box) is not, until 4 x its tail.
+        let mut loaded = fed(ms(400), 100);
+        assert!(!loaded.is_overdue(ms(500), Instant::now()));
+        assert!(!loaded.is_overdue(ms(1500), Instant::now()));
+        assert!(loaded.is_overdue(ms(2100), Instant::now()));
     }
 
     #[tokio::test(start_paused = true)]
