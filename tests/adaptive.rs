@@ -21,6 +21,11 @@ const DEADLINE: Duration = Duration::from_secs(1);
 /// is 30 ms; the assertion leaves room for a loaded 2-core CI box.
 const GAP_BOUND: Duration = Duration::from_millis(50);
 
+/// What the fault itself may add to the longest gap the box showed before it: when other work
+/// shares the box, a healthy cluster already shows gaps of 50 ms (measured), and the stall must
+/// not cost more than the target on top of that.
+const GAP_TARGET: Duration = Duration::from_millis(30);
+
 /// Traffic before the fault: every member's latency window fills (thousands of reads).
 const WARMUP: Duration = Duration::from_millis(1500);
 
@@ -152,7 +157,11 @@ where
         run.ejections,
     );
     assert_eq!(errors, 0, "{name}: serializable reads failed");
-    assert!(gap <= GAP_BOUND, "{name}: reads stalled for {gap:?}");
+    let bound = GAP_BOUND.max(gap_before + GAP_TARGET);
+    assert!(
+        gap <= bound,
+        "{name}: reads stalled for {gap:?} ({gap_before:?} before the fault)"
+    );
 }
 
 /// The cluster, its leader and a follower.
