@@ -4,6 +4,8 @@
 //! ejects nobody, at 1, 16 and 256 callers.
 //!
 //! Each test prints its numbers on lines starting with `adaptive:` (run with `--nocapture`).
+//! They measure latency, so they run one at a time (see [`SERIAL`]) whatever `--test-threads`
+//! says: two clusters and 256 callers at once on two cores would measure the box.
 
 mod support;
 
@@ -32,6 +34,9 @@ const WARMUP: Duration = Duration::from_millis(1500);
 /// How long the fault lasts: past the prober's ejection (interval + timeout, 1.5 s) and a few
 /// suspicion holds, so every stage of the stall is measured.
 const FAULT: Duration = Duration::from_secs(3);
+
+/// Held by each test for its whole run: one cluster and one workload at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One finished call: when it started (from the run's start) and how long it took.
 #[derive(Clone, Copy, Debug)]
@@ -186,6 +191,7 @@ async fn all_healthy(client: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serializable_reads_through_a_frozen_follower() {
+    let _serial = SERIAL.lock().await;
     let (cluster, _, follower) = cluster().await;
     let client = Client::connect(cluster.endpoints(), options())
         .await
@@ -202,6 +208,7 @@ async fn serializable_reads_through_a_frozen_follower() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serializable_reads_through_a_blackholed_follower() {
+    let _serial = SERIAL.lock().await;
     let (cluster, _, follower) = cluster().await;
     let proxies: Vec<FaultProxy> = (0..3)
         .map(|i| FaultProxy::start(cluster.client_addr(i)).unwrap())
@@ -224,6 +231,7 @@ async fn serializable_reads_through_a_blackholed_follower() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_bound_puts_do_not_notice_a_frozen_follower() {
+    let _serial = SERIAL.lock().await;
     let (cluster, _, follower) = cluster().await;
     let client = Client::connect(cluster.endpoints(), options())
         .await
@@ -341,6 +349,7 @@ async fn steady(client: &Client, callers: usize, run: Duration) -> (u64, u64, Ca
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steady_state_hedges_little_and_ejects_nobody() {
+    let _serial = SERIAL.lock().await;
     let (cluster, _, _) = cluster().await;
     let client = Client::connect(cluster.endpoints(), Options::new())
         .await
