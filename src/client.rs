@@ -270,6 +270,23 @@ impl Client {
         self.transport.infos()
     }
 
+    /// Counters of what the calls did since connect: calls, attempts, hedges (early and
+    /// refused), suspicions and ejections. For the project's own tests and benchmarks; not a
+    /// stable interface.
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// let before = client.call_stats();
+    /// // ... traffic ...
+    /// let after = client.call_stats();
+    /// println!("{} hedges for {} calls", after.hedges - before.hedges, after.calls - before.calls);
+    /// # }
+    /// ```
+    #[doc(hidden)]
+    pub fn call_stats(&self) -> crate::call::stats::CallStats {
+        self.transport.call_stats()
+    }
+
     /// The shared transport (for the operations written outside this file, like draining).
     pub(crate) fn transport(&self) -> &Arc<Transport> {
         &self.transport

@@ -132,6 +132,8 @@ pub mod testkit;
 
 pub use auth::{Auth, PermissionType};
 pub use balance::{Candidate, LeaderFirst, PickPolicy};
+#[doc(hidden)]
+pub use call::stats::CallStats;
 pub use channel::BalancedChannel;
 pub use client::Client;
 pub use cluster::Cluster;

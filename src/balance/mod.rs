@@ -338,7 +338,28 @@ impl Balancer {
             &endpoints
         };
         let leader = self.leader_id();
-        let candidates: Vec<Candidate> = pool.iter().map(|e| e.candidate(leader)).collect();
+        let mut candidates: Vec<Candidate> = pool.iter().map(|e| e.candidate(leader)).collect();
+        // A member suspected of stalling takes no new call that any healthy member can serve
+        // as well; see `avoid_suspected`.
+        let steady: Vec<Arc<Endpoint>>;
+        let pool: &[Arc<Endpoint>] = match avoid_suspected(route, pool, &candidates) {
+            Some(keep) => {
+                steady = pool
+                    .iter()
+                    .zip(&keep)
+                    .filter(|(_, k)| **k)
+                    .map(|(e, _)| e.clone())
+                    .collect();
+                candidates = candidates
+                    .into_iter()
+                    .zip(&keep)
+                    .filter(|(_, k)| **k)
+                    .map(|(c, _)| c)
+                    .collect();
+                &steady
+            }
+            None => pool,
+        };
         let tried: Vec<bool> = pool
             .iter()
             .map(|e| tried.iter().any(|t| **t == *e.url))
@@ -449,6 +470,33 @@ impl Balancer {
             }
         }
     }
+}
+
+/// Which members of `pool` a call on `route` may go to when some are suspected of stalling:
+/// all but the suspected ones, when a healthy member that is not suspected remains; `None` when
+/// nothing is to be filtered (the common case: no copy is made).
+///
+/// Only calls any member serves ([`Route::Any`]: serializable reads, status, watches) avoid a
+/// suspected member. A leader-bound call sent elsewhere is forwarded to the leader anyway, so
+/// avoiding a suspected leader would buy nothing when it is frozen and would add a hop to every
+/// write on a false alarm; the leader keeps its fixed timers (two late answers eject it).
+fn avoid_suspected(
+    route: Route,
+    pool: &[Arc<Endpoint>],
+    candidates: &[Candidate],
+) -> Option<Vec<bool>> {
+    if route != Route::Any {
+        return None;
+    }
+    let suspected: Vec<bool> = pool.iter().map(|e| e.is_suspected()).collect();
+    if !suspected.contains(&true) {
+        return None;
+    }
+    let alternative = candidates
+        .iter()
+        .zip(&suspected)
+        .any(|(c, s)| !s && c.state == HealthState::Healthy);
+    alternative.then(|| suspected.iter().map(|s| !s).collect())
 }
 
 impl ProbeSink for Balancer {

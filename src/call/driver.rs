@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tonic::Request;
 
 use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
+use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
 use crate::endpoint::{Endpoint, InFlight};
 use crate::error::{Error, Result};
@@ -38,14 +39,28 @@ enum Event<T> {
 /// Attempts in flight, and which member each went to.
 struct Attempts<F> {
     running: FuturesUnordered<F>,
-    members: Vec<(AttemptId, Arc<Endpoint>)>,
+    members: Vec<(AttemptId, Arc<Endpoint>, Instant)>,
     /// Members this call went to (by URL), so that retries and hedges go elsewhere.
     tried: Vec<Arc<str>>,
 }
 
 impl<F: Future> Attempts<F> {
     fn member(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
-        self.members.iter().find(|(i, _)| *i == id).map(|(_, e)| e)
+        self.members
+            .iter()
+            .find(|(i, _, _)| *i == id)
+            .map(|(_, e, _)| e)
+    }
+
+    /// The member of attempt `id`, when its silence counts against it: it has owed its answer
+    /// longer than the member's own pace allows (see [`Endpoint::is_overdue`]). On a saturated
+    /// box every member is slow and none is broken: its late answers eject nobody.
+    fn blamed(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
+        self.members
+            .iter()
+            .find(|(i, _, _)| *i == id)
+            .filter(|(_, ep, started)| ep.is_overdue(started.elapsed()))
+            .map(|(_, e, _)| e)
     }
 }
 
@@ -112,6 +127,8 @@ impl Transport {
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         crate::metrics::request(rpc.name());
+        self.counters.add(Count::Call);
+        self.budget_call();
         let Call {
             target,
             deadline,
@@ -121,6 +138,9 @@ impl Transport {
         let deadline = self.deadline_at(deadline);
         let config = self.plan_config(rpc, &target, stream, deadline.is_some());
         let mut plan = Plan::new(config, deadline);
+        // The member's own hedge delay, for the calls that hedge (the others need none).
+        let cap = self.options.attempt_timeout;
+        let paced = |ep: &Endpoint| config.hedging.then(|| ep.hedge_delay(cap)).flatten();
         let launch = |id: AttemptId, ep: Arc<Endpoint>| {
             let mut request = Request::new(make());
             let (generation, sent_token) = self.decorate(rpc, require_leader, &mut request);
@@ -154,8 +174,9 @@ impl Transport {
         self.await_leader(route, plan.deadline()).await;
         let first = self.pick(route, &target, &attempts.tried)?;
         attempts.tried.push(first.url.clone());
-        let id = plan.launched(Instant::now(), false);
-        attempts.members.push((id, first.clone()));
+        let id = plan.launched_to(Instant::now(), false, paced(&first));
+        self.counters.add(Count::Attempt);
+        attempts.members.push((id, first.clone(), Instant::now()));
         attempts.running.push(launch(id, first));
 
         loop {
@@ -166,10 +187,14 @@ impl Transport {
             };
             let step = match event {
                 Event::Answer(answer) => {
-                    attempts.members.retain(|(i, _)| *i != answer.id);
+                    attempts.members.retain(|(i, _, _)| *i != answer.id);
                     match answer.result {
                         Ok(response) => {
-                            answer.ep.on_success(answer.started.elapsed());
+                            let latency = answer.started.elapsed();
+                            answer.ep.on_success(latency);
+                            if config.hedging {
+                                answer.ep.on_answer(latency, cap);
+                            }
                             return Ok((answer.ep, response.into_inner()));
                         }
                         Err(status) => {
@@ -185,8 +210,13 @@ impl Transport {
                                 Step::Renew => {
                                     self.renew_within(answer.generation, plan.deadline())
                                         .await?;
-                                    let again = plan.launched(Instant::now(), true);
-                                    attempts.members.push((again, answer.ep.clone()));
+                                    let again =
+                                        plan.launched_to(Instant::now(), true, paced(&answer.ep));
+                                    attempts.members.push((
+                                        again,
+                                        answer.ep.clone(),
+                                        Instant::now(),
+                                    ));
                                     attempts.running.push(launch(again, answer.ep));
                                     continue;
                                 }
@@ -211,18 +241,23 @@ impl Transport {
                 Step::Renew | Step::Wait => {}
                 Step::Fail { error, blame } => {
                     for id in blame {
-                        if let Some(ep) = attempts.member(id) {
+                        if let Some(ep) = attempts.blamed(id) {
                             self.learn(ep, &Error::Timeout);
                         }
                     }
                     return Err(error);
                 }
                 Step::Blame(id) => {
-                    if let Some(ep) = attempts.member(id) {
+                    if let Some(ep) = attempts.blamed(id) {
                         self.learn(ep, &Error::Timeout);
                     }
                 }
-                Step::Hedge => {
+                Step::Hedge { early } => {
+                    // The attempt in flight is overdue by its member's own pace: new calls
+                    // avoid that member while it is suspected.
+                    for (_, ep, _) in &attempts.members {
+                        ep.suspect();
+                    }
                     let Ok(next) = self.pick(route, &target, &attempts.tried) else {
                         plan.no_hedge(Instant::now());
                         continue;
@@ -232,11 +267,20 @@ impl Transport {
                         plan.no_hedge(Instant::now());
                         continue;
                     }
-                    tracing::debug!(rpc = rpc.name(), to = %next.url, "hedging a slow request");
+                    if !self.budget_hedge() {
+                        // Over budget: an early hedge waits for the cap, one at the cap looks
+                        // again one cap later (the budget refills as calls go on).
+                        self.counters.add(Count::HedgeRefused);
+                        plan.hedge_refused(Instant::now());
+                        continue;
+                    }
+                    tracing::debug!(rpc = rpc.name(), to = %next.url, early, "hedging a slow request");
                     crate::metrics::retry(rpc.name());
+                    self.counters.add(Count::Hedge { early });
+                    self.counters.add(Count::Attempt);
                     attempts.tried.push(next.url.clone());
-                    let id = plan.launched(Instant::now(), false);
-                    attempts.members.push((id, next.clone()));
+                    let id = plan.launched_to(Instant::now(), false, paced(&next));
+                    attempts.members.push((id, next.clone(), Instant::now()));
                     attempts.running.push(launch(id, next));
                 }
                 Step::Retry { after, error } => {
@@ -247,8 +291,9 @@ impl Transport {
                     let next = self.next_endpoint(route, &target, tried, failed.as_deref())?;
                     tracing::debug!(rpc = rpc.name(), to = %next.url, %error, "retrying");
                     crate::metrics::retry(rpc.name());
-                    let id = plan.launched(Instant::now(), false);
-                    attempts.members.push((id, next.clone()));
+                    self.counters.add(Count::Attempt);
+                    let id = plan.launched_to(Instant::now(), false, paced(&next));
+                    attempts.members.push((id, next.clone(), Instant::now()));
                     attempts.running.push(launch(id, next));
                 }
             }

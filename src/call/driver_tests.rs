@@ -278,3 +278,120 @@ async fn token_renewal_is_bounded_by_the_calls_deadline() {
         Instant::now() - t0
     );
 }
+
+/// Every member has answered 100 serializable reads in 200 µs: each one's hedge delay is the
+/// floor.
+fn paced(transport: &Transport) {
+    for ep in transport.balancer.endpoints().iter() {
+        for _ in 0..100 {
+            ep.on_answer(Duration::from_micros(200), DEFAULT_ATTEMPT);
+        }
+    }
+}
+
+/// Issue 12: a read stuck on a member that usually answers in 200 µs is hedged at the floor,
+/// not at the 300 ms attempt timeout, and that member gets no new reads while it is suspected.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_member_is_hedged_at_its_own_pace_and_then_avoided() {
+    let transport = transport(Options::default());
+    paced(&transport);
+    let script = Script::default();
+    let t0 = Instant::now();
+    let (answered, _) = transport
+        .drive(
+            Rpc::Range { serializable: true },
+            Call::new(Target::Any, Deadline::Default),
+            false,
+            RangeRequest::default,
+            |_c, _r| {
+                let n = script.launch();
+                async move {
+                    if n == 0 {
+                        never::<RangeResponse>().await
+                    } else {
+                        Ok(Response::new(RangeResponse::default()))
+                    }
+                }
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(Instant::now() - t0, crate::endpoint::HEDGE_FLOOR);
+    let suspected: Vec<_> = transport
+        .balancer
+        .endpoints()
+        .iter()
+        .filter(|e| e.is_suspected())
+        .cloned()
+        .collect();
+    assert_eq!(suspected.len(), 1, "{:?}", transport.infos());
+    assert!(!Arc::ptr_eq(&suspected[0], &answered));
+    let stats = transport.call_stats();
+    assert_eq!(
+        (stats.hedges, stats.early_hedges, stats.suspicions),
+        (1, 1, 1)
+    );
+    // New reads avoid it (the others are healthy), and it is not ejected.
+    for _ in 0..50 {
+        let (ep, _) = transport
+            .drive(
+                Rpc::Range { serializable: true },
+                Call::new(Target::Any, Deadline::Default),
+                false,
+                RangeRequest::default,
+                |_c, _r| async { Ok(Response::new(RangeResponse::default())) },
+            )
+            .await
+            .unwrap();
+        assert!(!Arc::ptr_eq(&ep, &suspected[0]));
+    }
+    assert_eq!(suspected[0].state(), HealthState::Healthy);
+    // The suspicion lapses on its own; the member takes reads again.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(!suspected[0].is_suspected());
+}
+
+/// A storm of stuck reads: hedges stop at the budget, early ones and those at the cap alike;
+/// the calls it cannot cover time out.
+#[tokio::test(start_paused = true)]
+async fn early_hedges_stay_within_the_budget() {
+    let transport = Arc::new(transport(Options::default()));
+    paced(&transport);
+    let mut calls = Vec::new();
+    for _ in 0..100 {
+        let transport = transport.clone();
+        calls.push(tokio::spawn(async move {
+            let script = Script::default();
+            transport
+                .unary(
+                    Rpc::Range { serializable: true },
+                    Call::new(Target::Any, Deadline::Within(Duration::from_secs(1))),
+                    RangeRequest::default(),
+                    |_c, _r| {
+                        let n = script.launch();
+                        async move {
+                            if n == 0 {
+                                never::<RangeResponse>().await
+                            } else {
+                                Ok(Response::new(RangeResponse::default()))
+                            }
+                        }
+                    },
+                )
+                .await
+        }));
+    }
+    let mut timed_out = 0;
+    for call in calls {
+        if let Err(e) = call.await.unwrap() {
+            assert!(matches!(e, Error::Timeout), "{e:?}");
+            timed_out += 1;
+        }
+    }
+    let stats = transport.call_stats();
+    assert_eq!(stats.calls, 100);
+    // 100 calls allow the floor (10) plus 1 % (1) hedges, within one budget window.
+    assert_eq!((stats.hedges, stats.early_hedges), (11, 11), "{stats:?}");
+    assert_eq!(timed_out, 89);
+    assert!(stats.hedges_refused >= 89, "{stats:?}");
+}

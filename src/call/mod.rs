@@ -6,16 +6,18 @@
 //! (the [`Balancer`]), *how often* (the retry policy) and *how long* (the deadline). It sits on
 //! `balance/` and `endpoint/` and knows nothing of KV, watches or the lease keeper.
 
+mod budget;
 mod driver;
 mod members;
 mod options;
 pub(crate) mod plan;
+pub(crate) mod stats;
 mod streams;
 pub(crate) mod supervise;
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -146,6 +148,11 @@ pub(crate) struct Transport {
     pub(crate) cancel: CancellationToken,
     /// The newest store revision in any KV answer: where a managed watch from "now" starts.
     seen_revision: AtomicI64,
+    /// Hedges draw on it (see [`budget`]); a std mutex held for a few additions, never
+    /// across `.await`.
+    budget: Mutex<budget::HedgeBudget>,
+    /// What the calls did, for [`Client::call_stats`](crate::Client::call_stats).
+    pub(crate) counters: stats::Counters,
 }
 
 impl fmt::Debug for Transport {
@@ -195,6 +202,8 @@ impl Transport {
             token,
             cancel: CancellationToken::new(),
             seen_revision: AtomicI64::new(0),
+            budget: Mutex::new(budget::HedgeBudget::new(Instant::now())),
+            counters: stats::Counters::default(),
         })
     }
 
@@ -217,6 +226,29 @@ impl Transport {
             self.seen_revision.fetch_max(h.revision, Ordering::Relaxed);
             self.balancer.observe_term(h.raft_term);
         }
+    }
+
+    /// A call started: the hedge budget grows.
+    pub(crate) fn budget_call(&self) {
+        let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        budget.call(Instant::now());
+    }
+
+    /// A hedge is due: whether the budget allows it (and takes it if so).
+    pub(crate) fn budget_hedge(&self) -> bool {
+        let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        budget.try_hedge(Instant::now())
+    }
+
+    /// What the calls did so far, with the ejections and suspicions of the endpoints in use.
+    pub(crate) fn call_stats(&self) -> stats::CallStats {
+        let (ejections, suspicions) = self
+            .balancer
+            .endpoints()
+            .iter()
+            .map(|e| e.ejections_and_suspicions())
+            .fold((0, 0), |(a, b), (e, s)| (a + e, b + s));
+        self.counters.snapshot(ejections, suspicions)
     }
 
     /// The newest store revision this client has seen in a KV answer (0: none yet).

@@ -6,8 +6,14 @@
 //! the token and resend, or count a late answer against a member. Because nothing here sleeps
 //! or dials, every rule below has a fast test with a fake clock:
 //!
-//! - a repeatable call is hedged at `min(attempt timeout, remaining deadline / 3)`, computed
-//!   from the call's own deadline, so a short per-call deadline still gets a hedge;
+//! - a repeatable call is hedged once its attempt is overdue by its member's own pace (the
+//!   member's hedge delay, a multiple of its recent tail latency: an input, measured by the
+//!   driver's endpoints), and at the latest at the cap `min(attempt timeout, remaining
+//!   deadline / 3)`, computed from the call's own deadline, so a short per-call deadline still
+//!   gets a hedge;
+//! - the driver asks the hedge budget before every hedge; a refused hedge before the cap (an
+//!   *early* one) waits for the cap, one at the cap looks again a cap later
+//!   ([`Plan::hedge_refused`]);
 //! - a definite answer (success, or an error that is not retryable) from any attempt wins;
 //! - a mutation is never sent again after an ambiguous failure (the retry policy says so);
 //! - the token is renewed at most once per call;
@@ -84,7 +90,9 @@ pub(crate) enum Step {
     /// Sleep `after`, then send a new attempt to another member; `error` is the last failure.
     Retry { after: Duration, error: Error },
     /// Send a new attempt to another member now (if there is one; else [`Plan::no_hedge`]).
-    Hedge,
+    /// `early`: before the cap, on the member's own pace. Any hedge needs the budget's
+    /// consent (else [`Plan::hedge_refused`]).
+    Hedge { early: bool },
     /// Renew the token (within the deadline), then send this attempt's request again to the
     /// same member.
     Renew,
@@ -111,6 +119,8 @@ pub(crate) struct Plan {
     attempts: u32,
     renewed: bool,
     hedge_at: Option<Instant>,
+    /// The latest time to hedge the last attempt: its cap. A hedge before it is early.
+    hedge_cap_at: Option<Instant>,
 }
 
 impl Plan {
@@ -124,6 +134,7 @@ impl Plan {
             attempts: 0,
             renewed: false,
             hedge_at: None,
+            hedge_cap_at: None,
         }
     }
 
@@ -132,8 +143,8 @@ impl Plan {
         self.deadline
     }
 
-    /// How long to wait before hedging an attempt sent at `now`: the attempt timeout, but at
-    /// most a third of what is left, so that the hedge itself has time to answer.
+    /// The longest wait before hedging an attempt sent at `now` (the cap): the attempt timeout,
+    /// but at most a third of what is left, so that the hedge itself has time to answer.
     pub(crate) fn hedge_delay(&self, now: Instant) -> Duration {
         match self.deadline {
             Some(d) => self
@@ -144,9 +155,21 @@ impl Plan {
         }
     }
 
-    /// An attempt was sent at `now` (the first, a retry, a hedge or a resend after renewal);
-    /// returns its id.
+    /// An attempt was sent at `now` (the first, a retry, a hedge or a resend after renewal) to
+    /// a member with no known pace; returns its id.
+    #[cfg(test)]
     pub(crate) fn launched(&mut self, now: Instant, renewal: bool) -> AttemptId {
+        self.launched_to(now, renewal, None)
+    }
+
+    /// An attempt was sent at `now` to a member whose own hedge delay is `paced` (`None`: not
+    /// known yet); returns its id. It is hedged after that delay, at the latest at the cap.
+    pub(crate) fn launched_to(
+        &mut self,
+        now: Instant,
+        renewal: bool,
+        paced: Option<Duration>,
+    ) -> AttemptId {
         let id = self.next_id;
         self.next_id += 1;
         if !renewal {
@@ -157,13 +180,26 @@ impl Plan {
             started: now,
             late: false,
         });
-        self.hedge_at = Some(now + self.hedge_delay(now));
+        let cap = self.hedge_delay(now);
+        self.hedge_cap_at = Some(now + cap);
+        self.hedge_at = Some(now + paced.map_or(cap, |d| d.min(cap)));
         id
     }
 
     /// A hedge was due but there was no other member to send it to: look again later.
     pub(crate) fn no_hedge(&mut self, now: Instant) {
-        self.hedge_at = Some(now + self.hedge_delay(now));
+        let at = now + self.hedge_delay(now);
+        self.hedge_cap_at = Some(at);
+        self.hedge_at = Some(at);
+    }
+
+    /// A hedge was due but the budget refused it: an early one waits for the cap, one at the
+    /// cap looks again a cap later.
+    pub(crate) fn hedge_refused(&mut self, now: Instant) {
+        match self.hedge_cap_at.filter(|cap| *cap > now) {
+            Some(cap) => self.hedge_at = Some(cap),
+            None => self.no_hedge(now),
+        }
     }
 
     fn can_hedge(&self) -> bool {
@@ -201,7 +237,9 @@ impl Plan {
             Timer::Hedge => {
                 self.hedge_at = None;
                 if self.can_hedge() {
-                    Step::Hedge
+                    Step::Hedge {
+                        early: self.hedge_cap_at.is_some_and(|cap| now < cap),
+                    }
                 } else {
                     Step::Wait
                 }

@@ -50,7 +50,10 @@ fn hedge_fires_at_the_attempt_timeout_or_a_third_of_what_is_left() {
     let (at, timer) = plan.next_timer().unwrap();
     assert_eq!(timer, Timer::Hedge);
     assert_eq!(at.duration_since(t0), ms(200) / 3);
-    assert!(matches!(plan.fire(Timer::Hedge, at), Step::Hedge));
+    assert!(matches!(
+        plan.fire(Timer::Hedge, at),
+        Step::Hedge { early: false }
+    ));
     // After the hedge, two are in flight: no third.
     plan.launched(at, false);
     assert!(matches!(plan.next_timer(), Some((_, Timer::Deadline))));
@@ -276,11 +279,60 @@ fn a_hedge_with_nowhere_to_go_is_looked_at_again_later() {
     let t0 = Instant::now();
     let mut plan = Plan::new(config(read()), None);
     plan.launched(t0, false);
-    assert!(matches!(plan.fire(Timer::Hedge, t0 + ATTEMPT), Step::Hedge));
+    assert!(matches!(
+        plan.fire(Timer::Hedge, t0 + ATTEMPT),
+        Step::Hedge { early: false }
+    ));
     plan.no_hedge(t0 + ATTEMPT);
     assert!(matches!(
         plan.fire(Timer::Late(0), t0 + ATTEMPT),
         Step::Blame(0)
     ));
     assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT * 2, Timer::Hedge)));
+}
+
+#[test]
+fn a_paced_member_is_hedged_early_and_never_after_the_cap() {
+    let t0 = Instant::now();
+    // The member's own pace says 5 ms: hedge then, early (before the 300 ms cap).
+    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
+    plan.launched_to(t0, false, Some(ms(5)));
+    assert_eq!(plan.next_timer(), Some((t0 + ms(5), Timer::Hedge)));
+    assert!(matches!(
+        plan.fire(Timer::Hedge, t0 + ms(5)),
+        Step::Hedge { early: true }
+    ));
+    // A pace slower than the cap: the cap wins, and the hedge is not early.
+    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
+    plan.launched_to(t0, false, Some(ms(900)));
+    assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT, Timer::Hedge)));
+    assert!(matches!(
+        plan.fire(Timer::Hedge, t0 + ATTEMPT),
+        Step::Hedge { early: false }
+    ));
+}
+
+#[test]
+fn a_refused_early_hedge_waits_for_the_cap() {
+    let t0 = Instant::now();
+    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
+    plan.launched_to(t0, false, Some(ms(5)));
+    assert!(matches!(
+        plan.fire(Timer::Hedge, t0 + ms(5)),
+        Step::Hedge { early: true }
+    ));
+    plan.hedge_refused(t0 + ms(5));
+    assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT, Timer::Hedge)));
+    assert!(matches!(
+        plan.fire(Timer::Hedge, t0 + ATTEMPT),
+        Step::Hedge { early: false }
+    ));
+}
+
+#[test]
+fn mutations_ignore_the_pace() {
+    let t0 = Instant::now();
+    let mut plan = Plan::new(config(Rpc::Put), Some(t0 + ms(1000)));
+    plan.launched_to(t0, false, Some(ms(5)));
+    assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT, Timer::Late(0))));
 }

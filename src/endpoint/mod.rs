@@ -6,11 +6,13 @@
 mod attempt;
 mod cluster_id;
 mod health;
+mod latency;
+mod pace;
 pub(crate) mod prober;
 pub(crate) mod sync;
 mod url;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +26,9 @@ pub(crate) use attempt::{AttemptLayer, AttemptService, Layered};
 pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
+#[cfg(test)]
+pub(crate) use pace::HEDGE_FLOOR;
+use pace::Pace;
 pub(crate) use url::{Dial, is_secure, member_url, normalize, redact};
 
 /// What the member's last Status answer said about raft.
@@ -81,6 +86,13 @@ pub(crate) struct Endpoint {
     draining: AtomicBool,
     /// Attempts of typed calls and balanced-channel requests now waiting on this member.
     in_flight: AtomicUsize,
+    /// Its recent latency and whether it is suspected of stalling (see [`pace`]); a std mutex
+    /// of its own (never held with `health`, never across `.await`).
+    pace: Mutex<Pace>,
+    /// Times it was ejected (for [`Client::call_stats`](crate::Client::call_stats)).
+    ejections: AtomicU64,
+    /// Times it became suspected (same).
+    suspicions: AtomicU64,
 }
 
 /// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
@@ -131,7 +143,56 @@ impl Endpoint {
             strikes: AtomicU32::new(0),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            pace: Mutex::new(Pace::new(Instant::now())),
+            ejections: AtomicU64::new(0),
+            suspicions: AtomicU64::new(0),
         })
+    }
+
+    fn with_pace<T>(&self, f: impl FnOnce(&mut Pace) -> T) -> T {
+        f(&mut self.pace.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// How long a hedgeable call sent here now waits before it hedges (and suspects this
+    /// member), at most `cap`; `None` until the member's tail latency is known.
+    pub(crate) fn hedge_delay(&self, cap: Duration) -> Option<Duration> {
+        self.with_pace(|p| p.hedge_delay(cap, Instant::now()))
+    }
+
+    /// A hedgeable call here answered in `latency`; `cap` bounds its hedge delay. Feeds the
+    /// latency window; a timely answer clears a suspicion.
+    pub(crate) fn on_answer(&self, latency: Duration, cap: Duration) {
+        self.with_pace(|p| p.answered(latency, cap, Instant::now()));
+    }
+
+    /// An attempt here is overdue by this member's own pace: suspect it (no new calls while a
+    /// healthy member can take them). Returns whether that is news.
+    pub(crate) fn suspect(&self) -> bool {
+        let news = self.with_pace(|p| p.suspect(Instant::now()));
+        if news {
+            self.suspicions.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(endpoint = %self.url, "endpoint suspected of stalling");
+        }
+        news
+    }
+
+    /// Whether an attempt here that has owed its answer for `age` is overdue by this member's
+    /// own pace (always, until its pace is known).
+    pub(crate) fn is_overdue(&self, age: Duration) -> bool {
+        self.with_pace(|p| p.is_overdue(age, Instant::now()))
+    }
+
+    /// Whether this member is suspected of stalling now.
+    pub(crate) fn is_suspected(&self) -> bool {
+        self.with_pace(|p| p.is_suspected(Instant::now()))
+    }
+
+    /// Times this endpoint was ejected, and suspected.
+    pub(crate) fn ejections_and_suspicions(&self) -> (u64, u64) {
+        (
+            self.ejections.load(Ordering::Relaxed),
+            self.suspicions.load(Ordering::Relaxed),
+        )
     }
 
     fn with_health<T>(&self, f: impl FnOnce(&mut Health) -> T) -> T {
@@ -151,6 +212,7 @@ impl Endpoint {
                 "endpoint health changed",
             );
             if after == HealthState::Ejected {
+                self.ejections.fetch_add(1, Ordering::Relaxed);
                 crate::metrics::ejection(&self.url);
             }
             self.changes.send_replace(());
@@ -183,7 +245,6 @@ impl Endpoint {
         self.with_health(|h| h.on_failure(failure, text, Instant::now()));
     }
 
-    /// A probe answered.
     /// Count one answer owed past one of the client's own timers (an attempt timeout, a
     /// deadline); returns the strikes since the last success. A caller that gives up on its
     /// own never strikes anyone: only our timers know how long a healthy member takes.
@@ -211,8 +272,12 @@ impl Endpoint {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// A probe answered in `latency` (`has_leader`: its member has a working leader). It also
+    /// clears a suspicion raised before the probe was sent.
     pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
-        self.with_health(|h| h.on_probe_ok(has_leader, latency, Instant::now()));
+        let now = Instant::now();
+        self.with_pace(|p| p.probe_answered(now.checked_sub(latency).unwrap_or(now)));
+        self.with_health(|h| h.on_probe_ok(has_leader, latency, now));
     }
 
     /// A probe that started at `started` served a linearizable read.
@@ -255,6 +320,8 @@ impl Endpoint {
     /// The public snapshot.
     pub(crate) fn info(&self, leader_id: u64) -> EndpointInfo {
         let raft = self.raft();
+        // Read before the health lock: the two locks are never held together.
+        let suspected = self.is_suspected();
         self.with_health(|h| {
             let now = Instant::now();
             h.tick(now);
@@ -268,6 +335,7 @@ impl Endpoint {
                 since: h.since().into_std(),
                 draining: self.is_draining(),
                 in_flight: self.in_flight(),
+                suspected,
             }
         })
     }
@@ -304,6 +372,9 @@ pub struct EndpointInfo {
     pub draining: bool,
     /// Calls now waiting on it.
     pub in_flight: usize,
+    /// Suspected of stalling: a call here was overdue by its own recent latency, so new calls
+    /// avoid it while a healthy member can take them (it is not ejected for that).
+    pub suspected: bool,
 }
 
 /// What a policy sees of one endpoint.

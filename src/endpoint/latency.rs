@@ -1,0 +1,222 @@
+//! One member's recent latency: a small decaying histogram of its answers, read as a quantile
+//! (no IO here).
+//!
+//! Why a histogram and not the smoothed average the pick policy uses: a hedge must wait past
+//! the member's *tail*, and an average says nothing about the tail (a member answering in 0.2 ms
+//! with a 5 ms hiccup every hundred calls averages 0.25 ms). Why not hdrhistogram: two
+//! generations of 48 counters, two per octave from 1 µs to 16 s, are all a hedge delay needs
+//! (its answer is multiplied by a factor and clamped anyway), cost 384 bytes per member and
+//! never allocate.
+//!
+//! Decay works like tower's `RotatingHistogram`: samples go into the current generation; every
+//! [`GENERATION`] it becomes the previous one and the one before is forgotten. A quantile reads
+//! both, so it always covers the last one to two generations: a member whose pace changes (a
+//! compaction, a loaded box) is judged by its new pace within 4 s, and an old spike is
+//! forgotten as fast.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Counters per generation: two per octave of microseconds, 1 µs to 2^24 µs (16.8 s).
+const BUCKETS: usize = 48;
+
+/// How long one generation collects samples.
+///
+/// 2 s: long enough that a member serving a few hundred calls a second fills a window with
+/// enough samples for a p99, short enough that the window follows a change of pace in seconds.
+pub(crate) const GENERATION: Duration = Duration::from_secs(2);
+
+/// Samples needed before a quantile means anything; fewer answers `None`.
+///
+/// 32: with fewer, a p99 is just the maximum of a handful, and one slow answer would set the
+/// member's pace for seconds.
+pub(crate) const MIN_SAMPLES: u32 = 32;
+
+/// A member's recent latencies.
+///
+/// ```text
+/// record(12 µs) -> current[bucket(12 µs)] += 1
+/// every GENERATION: previous = current, current = 0
+/// quantile(q)   -> upper bound of the bucket holding the q-th of previous + current
+/// ```
+#[derive(Clone, Debug)]
+pub(crate) struct LatencyWindow {
+    /// Samples since the last rotation.
+    current: [u32; BUCKETS],
+    /// Samples of the generation before.
+    previous: [u32; BUCKETS],
+    current_n: u32,
+    previous_n: u32,
+    /// When `current` started collecting.
+    rotated_at: Instant,
+}
+
+/// The bucket of a latency: `2 * floor(log2 µs)`, plus one in the upper half of the octave.
+fn bucket(latency: Duration) -> usize {
+    let us = u64::try_from(latency.as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let octave = (63 - us.leading_zeros()) as usize;
+    let upper_half = octave > 0 && (us >> (octave - 1)) & 1 == 1;
+    (2 * octave + usize::from(upper_half)).min(BUCKETS - 1)
+}
+
+/// The (exclusive) upper bound of bucket `i`: a quantile errs on the slow side, so a hedge
+/// waits a little longer rather than a little too short.
+fn upper_bound(i: usize) -> Duration {
+    let base = 1u64 << (i / 2);
+    let us = if i.is_multiple_of(2) {
+        base + base / 2
+    } else {
+        base * 2
+    };
+    Duration::from_micros(us.max(1))
+}
+
+impl LatencyWindow {
+    /// An empty window whose first generation starts at `now`.
+    pub(crate) fn new(now: Instant) -> Self {
+        LatencyWindow {
+            current: [0; BUCKETS],
+            previous: [0; BUCKETS],
+            current_n: 0,
+            previous_n: 0,
+            rotated_at: now,
+        }
+    }
+
+    /// Age the window to `now`: a full generation moves current to previous; two or more
+    /// forget everything.
+    fn rotate(&mut self, now: Instant) {
+        let age = now.saturating_duration_since(self.rotated_at);
+        if age < GENERATION {
+            return;
+        }
+        if age >= GENERATION * 2 {
+            self.previous = [0; BUCKETS];
+            self.previous_n = 0;
+        } else {
+            self.previous = self.current;
+            self.previous_n = self.current_n;
+        }
+        self.current = [0; BUCKETS];
+        self.current_n = 0;
+        self.rotated_at = now;
+    }
+
+    /// One answer took `latency`, seen at `now`.
+    pub(crate) fn record(&mut self, latency: Duration, now: Instant) {
+        self.rotate(now);
+        let b = bucket(latency);
+        self.current[b] = self.current[b].saturating_add(1);
+        self.current_n = self.current_n.saturating_add(1);
+    }
+
+    /// Samples in the window at `now`.
+    pub(crate) fn samples(&mut self, now: Instant) -> u32 {
+        self.rotate(now);
+        self.current_n.saturating_add(self.previous_n)
+    }
+
+    /// The `q` quantile (0 < q <= 1) of the window at `now`, rounded up to its bucket's upper
+    /// bound; `None` with fewer than [`MIN_SAMPLES`].
+    pub(crate) fn quantile(&mut self, q: f64, now: Instant) -> Option<Duration> {
+        let n = self.samples(now);
+        if n < MIN_SAMPLES {
+            return None;
+        }
+        // The rank of the q-th sample, 1-based: ceil(q * n), at least 1.
+        let rank = ((q * f64::from(n)).ceil() as u32).clamp(1, n);
+        let mut seen = 0u32;
+        for i in 0..BUCKETS {
+            seen = seen.saturating_add(self.current[i].saturating_add(self.previous[i]));
+            if seen >= rank {
+                return Some(upper_bound(i));
+            }
+        }
+        Some(upper_bound(BUCKETS - 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    #[test]
+    fn buckets_are_two_per_octave_and_bounds_contain_their_samples() {
+        assert_eq!(bucket(us(0)), 0);
+        assert_eq!(bucket(us(1)), 0);
+        assert_eq!(bucket(us(2)), 2);
+        assert_eq!(bucket(us(3)), 3);
+        assert_eq!(bucket(us(200)), 15); // 128..192 is 14, 192..256 is 15
+        assert_eq!(bucket(Duration::from_secs(3600)), BUCKETS - 1);
+        for n in [
+            1, 2, 3, 5, 100, 150, 199, 200, 1_000, 4_999, 300_000, 10_000_000,
+        ] {
+            let b = bucket(us(n));
+            assert!(us(n) < upper_bound(b) || n == 1, "{n} µs in bucket {b}");
+            assert!(
+                upper_bound(b) <= us(n) * 2 + us(1),
+                "{n} µs: bound too loose"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_quantile_until_enough_samples() {
+        let mut w = LatencyWindow::new(Instant::now());
+        for _ in 0..MIN_SAMPLES - 1 {
+            w.record(us(200), Instant::now());
+        }
+        assert_eq!(w.quantile(0.99, Instant::now()), None);
+        w.record(us(200), Instant::now());
+        assert_eq!(w.quantile(0.99, Instant::now()), Some(us(256)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_tail_is_the_slow_percent_not_the_average() {
+        let mut w = LatencyWindow::new(Instant::now());
+        // 990 fast answers and 10 slow ones (1 %): p99 is still fast, p99.9 is the slow one.
+        for _ in 0..990 {
+            w.record(us(200), Instant::now());
+        }
+        for _ in 0..10 {
+            w.record(Duration::from_millis(5), Instant::now());
+        }
+        assert_eq!(w.quantile(0.99, Instant::now()), Some(us(256)));
+        assert_eq!(w.quantile(0.999, Instant::now()), Some(us(6144)));
+        // 2 % slow: the p99 is slow.
+        for _ in 0..10 {
+            w.record(Duration::from_millis(5), Instant::now());
+        }
+        assert_eq!(w.quantile(0.99, Instant::now()), Some(us(6144)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn old_samples_decay_within_two_generations() {
+        let mut w = LatencyWindow::new(Instant::now());
+        for _ in 0..100 {
+            w.record(Duration::from_millis(50), Instant::now());
+        }
+        // One generation later the old pace still counts (previous generation)...
+        tokio::time::advance(GENERATION).await;
+        for _ in 0..100 {
+            w.record(us(200), Instant::now());
+        }
+        assert_eq!(w.samples(Instant::now()), 200);
+        assert_eq!(w.quantile(0.99, Instant::now()), Some(us(65_536)));
+        // ...and is gone after the next rotation.
+        tokio::time::advance(GENERATION).await;
+        assert_eq!(w.samples(Instant::now()), 100);
+        assert_eq!(w.quantile(0.99, Instant::now()), Some(us(256)));
+        // A silent member forgets everything after two generations.
+        tokio::time::advance(GENERATION * 2).await;
+        assert_eq!(w.samples(Instant::now()), 0);
+        assert_eq!(w.quantile(0.99, Instant::now()), None);
+    }
+}
