@@ -140,7 +140,23 @@ impl Transport {
         let mut plan = Plan::new(config, deadline);
         // The member's own hedge delay, for the calls that hedge (the others need none).
         let cap = self.options.attempt_timeout;
-        let paced = |ep: &Endpoint| config.hedging.then(|| ep.hedge_delay(cap)).flatten();
+        // A member with too few recent answers to know its pace (new, or silent for the
+        // latency window: a stalled member that was ejected and came back) takes the slowest
+        // known pace of the others, not the cap: else a read sent to it while it is still
+        // stalled would wait the whole attempt timeout (the 300 ms outliers issue 12's tests
+        // saw). The cap still applies when no member's pace is known.
+        let paced = |ep: &Endpoint| {
+            if !config.hedging {
+                return None;
+            }
+            ep.hedge_delay(cap).or_else(|| {
+                let endpoints = self.balancer.endpoints();
+                endpoints
+                    .iter()
+                    .filter_map(|other| other.hedge_delay(cap))
+                    .max()
+            })
+        };
         let launch = |id: AttemptId, ep: Arc<Endpoint>| {
             let mut request = Request::new(make());
             let (generation, sent_token) = self.decorate(rpc, require_leader, &mut request);

@@ -33,6 +33,12 @@ use crate::rpc::Rpc;
 /// one hedge): enough to route around one stuck member without doubling the load.
 pub(crate) const MAX_IN_FLIGHT: usize = 2;
 
+/// How soon a call looks again for a member to hedge to when there was none: short next to
+/// the attempt timeout, so a member that comes back (readmitted, no longer suspected) takes
+/// the hedge within this, and long enough that a call with nowhere to go wakes only a few
+/// times.
+const LOOK_AGAIN: Duration = Duration::from_millis(25);
+
 /// Names one attempt of a call.
 pub(crate) type AttemptId = u32;
 
@@ -186,19 +192,25 @@ impl Plan {
         id
     }
 
-    /// A hedge was due but there was no other member to send it to: look again later.
+    /// A hedge was due but there was no other member to send it to: look again soon (a member
+    /// may be readmitted or stop being suspected any moment), at the latest at a new cap.
     pub(crate) fn no_hedge(&mut self, now: Instant) {
-        let at = now + self.hedge_delay(now);
-        self.hedge_cap_at = Some(at);
-        self.hedge_at = Some(at);
+        let cap = self.hedge_delay(now);
+        self.hedge_cap_at = Some(now + cap);
+        self.hedge_at = Some(now + cap.min(LOOK_AGAIN));
     }
 
     /// A hedge was due but the budget refused it: an early one waits for the cap, one at the
-    /// cap looks again a cap later.
+    /// cap looks again a cap later (the budget refills as calls go on; looking sooner would
+    /// only be refused again).
     pub(crate) fn hedge_refused(&mut self, now: Instant) {
         match self.hedge_cap_at.filter(|cap| *cap > now) {
             Some(cap) => self.hedge_at = Some(cap),
-            None => self.no_hedge(now),
+            None => {
+                let at = now + self.hedge_delay(now);
+                self.hedge_cap_at = Some(at);
+                self.hedge_at = Some(at);
+            }
         }
     }
 

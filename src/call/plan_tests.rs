@@ -288,6 +288,24 @@ fn a_hedge_with_nowhere_to_go_is_looked_at_again_later() {
         plan.fire(Timer::Late(0), t0 + ATTEMPT),
         Step::Blame(0)
     ));
+    // Looked at again soon (a member may come back any moment), not a whole cap later.
+    assert_eq!(
+        plan.next_timer(),
+        Some((t0 + ATTEMPT + ms(25), Timer::Hedge))
+    );
+}
+
+#[test]
+fn a_refused_hedge_at_the_cap_waits_a_whole_cap() {
+    let t0 = Instant::now();
+    let mut plan = Plan::new(config(read()), None);
+    plan.launched(t0, false);
+    assert!(matches!(
+        plan.fire(Timer::Hedge, t0 + ATTEMPT),
+        Step::Hedge { early: false }
+    ));
+    plan.hedge_refused(t0 + ATTEMPT);
+    plan.fire(Timer::Late(0), t0 + ATTEMPT);
     assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT * 2, Timer::Hedge)));
 }
 

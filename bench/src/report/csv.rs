@@ -155,6 +155,9 @@ mod tests {
             recreated: 1,
         });
         let row = probes(&client);
-        assert!(row.starts_with(",1.500,10,0,0,0,1,\"stream closed, then a comma\","), "{row}");
+        assert!(
+            row.starts_with(",1.500,10,0,0,0,1,\"stream closed, then a comma\","),
+            "{row}"
+        );
     }
 }
