@@ -304,6 +304,10 @@ impl Balancer {
                 }
                 self.probe_now();
             }
+            // A leader refusing a membership change because a peer is not yet connected
+            // ("unhealthy cluster") still leads: forgetting it would start an outage on every
+            // retry of the change (seen every 250 ms while a test retried MemberRemove).
+            Error::Unavailable(status) if status.message().ends_with("unhealthy cluster") => {}
             Error::LeaderChanged
             | Error::NotLeader
             | Error::ProposalDropped

@@ -395,3 +395,24 @@ async fn early_hedges_stay_within_the_budget() {
     assert_eq!(timed_out, 89);
     assert!(stats.hedges_refused >= 89, "{stats:?}");
 }
+
+/// A leader refusing a membership change as "unhealthy cluster" (a peer not connected for 5 s
+/// yet) still leads: the client keeps it, where any other Unavailable answer of the leader makes
+/// the client forget it and look again.
+#[tokio::test(start_paused = true)]
+async fn an_unhealthy_cluster_refusal_keeps_the_leader() {
+    let transport = transport(Options::default());
+    let ep = leader(&transport);
+    let refusal = Error::Unavailable(tonic::Status::unavailable("etcdserver: unhealthy cluster"));
+    transport.balancer.learn(&ep, &refusal);
+    assert_eq!(transport.balancer.leader_id(), 1, "{:?}", transport.infos());
+    assert!(transport.balancer.leader_outage().is_none());
+
+    let stopping = Error::Unavailable(tonic::Status::unavailable("etcdserver: server stopped"));
+    transport.balancer.learn(&ep, &stopping);
+    assert_eq!(
+        transport.balancer.leader_id(),
+        0,
+        "a stopping leader is forgotten"
+    );
+}
