@@ -38,11 +38,25 @@ where
     }
 }
 
-/// A port on 127.0.0.1 that was free a moment ago, for a member that is added but (mostly)
-/// never started: nothing has to listen on it.
+/// A port on 127.0.0.1 that is free now, for a member a test starts itself: drawn below the
+/// kernel's ephemeral range (32768-60999 here), so no outgoing connection and no port-0 bind
+/// (the testkit's, the proxies') can take it between this check and the member's own bind.
+/// That race made the learner tests fail now and then ("connection refused": the member had
+/// exited, its port taken). Never the same port twice in one test process.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
-    listener.local_addr().unwrap().port()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let port = fastrand::u16(20_000..32_000);
+        if handed_out.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            handed_out.push(port);
+            return port;
+        }
+    }
+    panic!("no free port in 20000-32000 after 1000 tries");
 }
 
 pub fn peer_url() -> String {
