@@ -14,7 +14,9 @@
 //! stalled member. A hedge the budget refuses is not lost: an early one waits for the cap (the
 //! attempt timeout, or a third of the deadline), one at the cap looks again a cap later.
 //! A stalled member needs few hedges anyway: the calls that hit it make it suspected, and new
-//! calls avoid it.
+//! calls avoid it. Leader-bound calls cannot avoid a stalled leader that way, so a hedge at
+//! the cap away from a member whose own pace is well under the cap (stalled, not slow) goes
+//! without the budget's consent (see the driver).
 
 use std::time::Duration;
 

@@ -283,14 +283,28 @@ impl Transport {
                         plan.no_hedge(Instant::now());
                         continue;
                     }
-                    if !self.budget_hedge() {
+                    // At the cap, an attempt to a member that answers in well under the cap
+                    // (its own pace known) is stalled, not slow: that hedge is recovery, not
+                    // speculation, and goes whatever the budget says. Without this, calls stuck
+                    // on a black-holed leader (leader-bound, so suspicion cannot steer them
+                    // away) used the whole budget and a read to it then waited out its deadline.
+                    let stalled = !early
+                        && attempts.members.last().is_some_and(|(_, ep, _)| {
+                            ep.hedge_delay(cap).is_some_and(|paced| paced * 2 <= cap)
+                        });
+                    if !self.budget_hedge() && !stalled {
                         // Over budget: an early hedge waits for the cap, one at the cap looks
                         // again one cap later (the budget refills as calls go on).
                         self.counters.add(Count::HedgeRefused);
                         plan.hedge_refused(Instant::now());
                         continue;
                     }
-                    tracing::debug!(rpc = rpc.name(), to = %next.url, early, "hedging a slow request");
+                    tracing::debug!(
+                        rpc = rpc.name(),
+                        to = %next.url,
+                        early,
+                        "hedging a slow request"
+                    );
                     crate::metrics::retry(rpc.name());
                     self.counters.add(Count::Hedge { early });
                     self.counters.add(Count::Attempt);
