@@ -415,7 +415,14 @@ impl Error {
             "election: not leader" => return Error::ElectionNotLeader,
             _ => {}
         }
-        if tail.starts_with("request timed out") || is_client_timeout(&status) {
+        // "context deadline exceeded" (code Unknown): the server's context, whose deadline
+        // comes from the grpc-timeout this client sends, ran out first (a very short per-call
+        // deadline can see the server's answer before the client's own timer, which ticks in
+        // milliseconds).
+        if tail.starts_with("request timed out")
+            || tail == "context deadline exceeded"
+            || is_client_timeout(&status)
+        {
             return Error::Timeout;
         }
         match status.code() {
@@ -530,6 +537,10 @@ mod tests {
         assert!(matches!(
             map(Status::unauthenticated("etcdserver: invalid auth token")),
             Error::InvalidAuthToken
+        ));
+        assert!(matches!(
+            map(Status::unknown("context deadline exceeded")),
+            Error::Timeout
         ));
         // The maintenance service's untranslated form (HashKV after a token expiry).
         assert!(matches!(
