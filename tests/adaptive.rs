@@ -291,15 +291,21 @@ async fn leader_bound_puts_do_not_notice_a_frozen_follower() {
          {p99_during:?} max {gap_during:?}; {errors} errors"
     );
     assert_eq!(errors, 0);
-    // Noise on a shared 2-core box is large; a slowdown of the kind a stall causes (hundreds
-    // of milliseconds, or a rate collapse) is not.
+    // Noise on a shared 2-core box is large; a slowdown of the kind a stall causes (puts
+    // waiting on the frozen member: a rate collapse, a p99 of hundreds of milliseconds) is
+    // not. The single slowest put is the box's (one of 111 ms was seen in CI with a p99 of
+    // 4 ms), so the tail is judged by its p99.
     assert!(
         rate_during >= rate_before * 0.6,
         "{rate_during:.0}/s vs {rate_before:.0}/s"
     );
     assert!(
-        gap_during <= gap_before.max(Duration::from_millis(50)) * 2,
-        "{gap_during:?} vs {gap_before:?}"
+        p99_during <= p99_before.max(Duration::from_millis(25)) * 2,
+        "p99 {p99_during:?} vs {p99_before:?}"
+    );
+    assert!(
+        gap_during < Duration::from_millis(300),
+        "a put waited {gap_during:?}: as long as a stall's hedge"
     );
 }
 
