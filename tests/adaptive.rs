@@ -176,19 +176,6 @@ async fn cluster() -> (Cluster, usize, usize) {
     (cluster, leader, (leader + 1) % 3)
 }
 
-/// Poll until every endpoint is healthy (probes have run), so reads spread over all three.
-async fn all_healthy(client: &Client) {
-    let until = Instant::now() + Duration::from_secs(10);
-    while !client
-        .endpoints()
-        .iter()
-        .all(|e| e.health == etcd_ha::HealthState::Healthy)
-    {
-        assert!(Instant::now() < until, "{:?}", client.endpoints());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serializable_reads_through_a_frozen_follower() {
     let _serial = SERIAL.lock().await;
@@ -196,7 +183,7 @@ async fn serializable_reads_through_a_frozen_follower() {
     let client = Client::connect(cluster.endpoints(), options())
         .await
         .unwrap();
-    all_healthy(&client).await;
+    support::all_healthy(&client).await;
     reads_through_a_stall("frozen-follower", &client, || async {
         cluster.stop(follower);
         tokio::time::sleep(FAULT).await;
@@ -218,7 +205,7 @@ async fn serializable_reads_through_a_blackholed_follower() {
     let client = Client::connect(&endpoints, options().without_member_sync())
         .await
         .unwrap();
-    all_healthy(&client).await;
+    support::all_healthy(&client).await;
     let proxy = &proxies[follower];
     reads_through_a_stall("blackholed-follower", &client, || async {
         proxy.set_mode(Mode::Blackhole);
@@ -236,7 +223,7 @@ async fn leader_bound_puts_do_not_notice_a_frozen_follower() {
     let client = Client::connect(cluster.endpoints(), options())
         .await
         .unwrap();
-    all_healthy(&client).await;
+    support::all_healthy(&client).await;
     let key = support::unique("puts-frozen-follower");
     let t0 = Instant::now();
     let stop = Arc::new(tokio::sync::Notify::new());
@@ -360,7 +347,7 @@ async fn steady_state_hedges_little_and_ejects_nobody() {
     let client = Client::connect(cluster.endpoints(), Options::new())
         .await
         .unwrap();
-    all_healthy(&client).await;
+    support::all_healthy(&client).await;
     // Fill the latency windows first.
     steady(&client, 4, Duration::from_secs(1)).await;
     for callers in [1, 16, 256] {

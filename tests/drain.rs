@@ -8,25 +8,10 @@ mod support;
 
 use std::time::Duration;
 
+use etcd_ha::Client;
 use etcd_ha::testkit::Cluster;
-use etcd_ha::{Client, HealthState};
 use support::traffic::{Seen, Traffic};
 use tokio::time::Instant;
-
-/// Wait until every endpoint is healthy again and the client knows the leader.
-async fn all_healthy(client: &Client) {
-    let until = Instant::now() + support::READY;
-    loop {
-        let endpoints = client.endpoints();
-        if endpoints.iter().all(|e| e.health == HealthState::Healthy)
-            && endpoints.iter().any(|e| e.is_leader)
-        {
-            return;
-        }
-        assert!(Instant::now() < until, "not healthy again: {endpoints:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// The longest time writes may stand still once `drain` is called, leadership moving off the
 /// member included (issue 11's target).
@@ -72,7 +57,7 @@ async fn cycle(cluster: &mut Cluster, client: &Client, i: usize) -> Step {
     tokio::time::sleep(Duration::from_millis(500)).await;
     cluster.restart(i).await.expect("restart");
     let back = started.elapsed();
-    all_healthy(client).await;
+    support::all_healthy(client).await;
     client.undrain(&url).unwrap();
     println!(
         "MEASURE member {i} (leader: {led}): drained in {:?}, stopped at {stopped:?}, \
@@ -104,7 +89,7 @@ fn longest_gap(seen: &[Seen], (from, to): (Instant, Instant)) -> (Duration, Dura
 async fn rolling_restart_with_drain_reaches_no_caller() {
     let mut cluster = support::cluster3().await;
     let client = support::client(&cluster).await;
-    all_healthy(&client).await;
+    support::all_healthy(&client).await;
     let traffic = Traffic::start(&client, "drain", 4).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 

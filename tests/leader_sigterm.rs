@@ -17,24 +17,8 @@ mod support;
 
 use std::time::Duration;
 
-use etcd_ha::{Client, HealthState};
 use support::traffic::Traffic;
 use tokio::time::Instant;
-
-/// Wait until every endpoint is healthy again and the client knows the leader.
-async fn all_healthy(client: &Client) {
-    let until = Instant::now() + support::READY;
-    loop {
-        let endpoints = client.endpoints();
-        if endpoints.iter().all(|e| e.health == HealthState::Healthy)
-            && endpoints.iter().any(|e| e.is_leader)
-        {
-            return;
-        }
-        assert!(Instant::now() < until, "not healthy again: {endpoints:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// Whether a write error is one a client must not resend: the put may have been applied.
 fn is_ambiguous(error: &str) -> bool {
@@ -47,7 +31,7 @@ fn is_ambiguous(error: &str) -> bool {
 async fn leader_sigterm_without_drain_reaches_only_ambiguous_writes() {
     let mut cluster = support::cluster3().await;
     let client = support::client(&cluster).await;
-    all_healthy(&client).await;
+    support::all_healthy(&client).await;
     let traffic = Traffic::start(&client, "sigterm", 4).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -59,7 +43,7 @@ async fn leader_sigterm_without_drain_reaches_only_ambiguous_writes() {
     assert_ne!(next, leader);
     tokio::time::sleep(Duration::from_millis(1000)).await;
     cluster.restart(leader).await.expect("restart");
-    all_healthy(&client).await;
+    support::all_healthy(&client).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let report = traffic.finish().await;

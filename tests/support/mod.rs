@@ -58,6 +58,27 @@ pub async fn client(cluster: &Cluster) -> Client {
         .expect("connect to the test cluster")
 }
 
+/// Wait until every endpoint is healthy (probes have run, so calls spread over all of them)
+/// and the client knows the leader.
+pub async fn all_healthy(client: &Client) {
+    let until = tokio::time::Instant::now() + READY;
+    loop {
+        let endpoints = client.endpoints();
+        if endpoints
+            .iter()
+            .all(|e| e.health == etcd_ha::HealthState::Healthy)
+            && endpoints.iter().any(|e| e.is_leader)
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "not healthy again: {endpoints:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A key no other test uses: `name/<n>` with a process-wide counter.
 pub fn unique(name: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
