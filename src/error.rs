@@ -476,6 +476,23 @@ fn is_client_timeout(status: &tonic::Status) -> bool {
 
 /// A status that tonic made up itself because the connection failed, rather than one the server
 /// sent: it carries a source error (hyper, IO, TLS) and no etcd message.
+impl Error {
+    /// Whether a connection attempt was refused (ECONNREFUSED somewhere in the source chain):
+    /// nothing listens at the endpoint, so its process is stopping or gone, not just far away.
+    pub(crate) fn is_connection_refused(&self) -> bool {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(error) = source {
+            if let Some(io) = error.downcast_ref::<std::io::Error>()
+                && io.kind() == std::io::ErrorKind::ConnectionRefused
+            {
+                return true;
+            }
+            source = error.source();
+        }
+        false
+    }
+}
+
 fn is_transport_failure(status: &tonic::Status) -> bool {
     use std::error::Error as _;
     status.source().is_some() && !status.message().starts_with("etcdserver:")
@@ -595,5 +612,32 @@ mod tests {
             foreign.to_string(),
             "endpoint https://10.0.0.9:2379 belongs to cluster b2, not to this client's cluster a1"
         );
+    }
+
+    /// A member whose process is gone refuses the connection: the error says so (the balancer
+    /// then keeps writes off followers that still name it as leader), and an answer that only
+    /// broke is not taken for a refusal.
+    #[tokio::test]
+    async fn a_refused_connection_is_told_apart() {
+        use crate::proto::etcdserverpb::StatusRequest;
+        use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+        // A port that was just free: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let channel = tonic::transport::Endpoint::from_shared(url.clone())
+            .unwrap()
+            .connect_lazy();
+        let status = MaintenanceClient::new(channel)
+            .status(StatusRequest {})
+            .await
+            .unwrap_err();
+        let error = Error::from_status(status, &url);
+        assert!(error.is_connection_refused(), "{error:?}");
+        assert!(!Error::Timeout.is_connection_refused());
+        assert!(!map(Status::unavailable("transport is closing")).is_connection_refused());
     }
 }

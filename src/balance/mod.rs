@@ -247,10 +247,18 @@ impl Balancer {
         // A leader handing over for a drain is healthy and serves reads until the transfer
         // ends, but drops the proposals followers forward to it: only a new leader ends that
         // outage (`LeaderCell::observe`).
-        if endpoints
-            .iter()
-            .any(|e| e.raft().member_id == lost_id && e.is_draining())
-        {
+        //
+        // The same holds for a leader whose process is stopping (SIGTERM: etcd closes its
+        // client listeners first, and only then hands leadership over and drops what followers
+        // forward meanwhile) or gone: it refuses connections, while the followers still name it
+        // and may even serve linearizable reads through it for a while. A refused connection
+        // since the loss says so; a leader merely cut off from us (a broken link) accepts them.
+        if endpoints.iter().any(|e| {
+            e.raft().member_id == lost_id
+                && (e.is_draining()
+                    || (e.refused_at().is_some_and(|t| t >= since)
+                        && e.state() != HealthState::Healthy))
+        }) {
             return Some(since);
         }
         // A member served a linearizable read that started after we lost the leader: the
@@ -290,6 +298,9 @@ impl Balancer {
         let was_leader = member != 0 && member == self.leader_id();
         match error {
             Error::Transport { .. } | Error::Timeout | Error::StreamClosed => {
+                if error.is_connection_refused() {
+                    ep.set_refused(Instant::now());
+                }
                 ep.on_failure(Failure::Unreachable, error);
                 if was_leader {
                     self.leader.forget(member, Instant::now());

@@ -418,3 +418,70 @@ async fn an_unhealthy_cluster_refusal_keeps_the_leader() {
         "a stopping leader is forgotten"
     );
 }
+
+/// A transport error whose cause is `kind`, as tonic reports a failed connection.
+fn transport_error(kind: std::io::ErrorKind) -> Error {
+    Error::Transport {
+        endpoint: "http://127.0.0.1:1".into(),
+        source: Status::from_error(Box::new(std::io::Error::from(kind))),
+    }
+}
+
+/// A leader that refuses connections (its etcd is stopping after SIGTERM, or gone) keeps the
+/// outage on although a follower still serves linearizable reads through it: a write sent
+/// through that follower would be forwarded to the old leader, dropped during its handover and
+/// time out. Only a new leader ends that outage. A leader that merely stopped answering on our
+/// link (the connection reset, but connecting again works) is still reached through followers.
+#[tokio::test(start_paused = true)]
+async fn a_leader_refusing_connections_is_waited_out_not_routed_around() {
+    let transport = transport(Options::default());
+    let balancer = &transport.balancer;
+    let (lead, follower) = (leader(&transport), balancer.endpoints()[1].clone());
+
+    balancer.learn(&lead, &transport_error(std::io::ErrorKind::ConnectionReset));
+    let since = balancer
+        .leader_outage()
+        .expect("the broken leader starts an outage");
+    tokio::time::advance(Duration::from_millis(2)).await;
+    follower.set_linearizable_ok(Instant::now());
+    assert!(
+        balancer.leader_outage().is_none(),
+        "a follower reaching the leader ends an outage of a broken link"
+    );
+    assert!(Instant::now() > since);
+
+    // The leader comes back, then its process stops: connections are refused.
+    balancer
+        .record_status(
+            &lead,
+            RaftView {
+                member_id: 1,
+                leader_id: 1,
+                raft_term: 1,
+                cluster_id: 7,
+            },
+        )
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(2)).await;
+    balancer.learn(
+        &lead,
+        &transport_error(std::io::ErrorKind::ConnectionRefused),
+    );
+    assert_eq!(balancer.leader_id(), 0, "{:?}", transport.infos());
+    tokio::time::advance(Duration::from_millis(2)).await;
+    follower.set_linearizable_ok(Instant::now());
+    assert!(
+        balancer.leader_outage().is_some(),
+        "a refusing leader is handing over or gone: followers may not forward to it"
+    );
+    // Member 2 wins the next term: the outage is over.
+    let view = RaftView {
+        member_id: 2,
+        leader_id: 2,
+        raft_term: 2,
+        cluster_id: 7,
+    };
+    balancer.record_status(&follower, view).unwrap();
+    assert!(balancer.leader_outage().is_none());
+    assert_eq!(balancer.leader_id(), 2);
+}

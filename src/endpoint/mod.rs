@@ -71,6 +71,11 @@ pub(crate) struct Endpoint {
     /// Start time of the last probe whose linearizable read succeeded: proof that the leader
     /// this member follows was alive and reachable from it at that time.
     linearizable_ok: Mutex<Option<Instant>>,
+    /// When a connection to this member was last refused (nothing listens: the process is
+    /// stopping or gone). A leader that refuses connections is not merely cut off from us, so
+    /// followers that still name it must not be trusted to forward writes to it (see
+    /// `Balancer::leader_outage`).
+    refused_at: Mutex<Option<Instant>>,
     /// Cancelled when the endpoint leaves the set (member removed) or the client goes away;
     /// stops its prober.
     pub(crate) cancel: CancellationToken,
@@ -138,6 +143,7 @@ impl Endpoint {
             health: Mutex::new(Health::new(config, Instant::now())),
             raft: Mutex::new(RaftView::default()),
             linearizable_ok: Mutex::new(None),
+            refused_at: Mutex::new(None),
             cancel,
             changes,
             strikes: AtomicU32::new(0),
@@ -294,6 +300,16 @@ impl Endpoint {
             .linearizable_ok
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection to this member was refused just now.
+    pub(crate) fn set_refused(&self, now: Instant) {
+        *self.refused_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+    }
+
+    /// When a connection to this member was last refused.
+    pub(crate) fn refused_at(&self) -> Option<Instant> {
+        *self.refused_at.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn raft(&self) -> RaftView {
