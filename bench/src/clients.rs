@@ -9,6 +9,8 @@
 //! - `etcd-client-tuned`: what a careful user of etcd-client configures (see [`tuned_options`]).
 //! - `etcd-client-tuned-retry`: the tuned client inside the retry loop a careful application
 //!   writes around it (see [`crate::retry`]).
+//! - `go-clientv3`: etcd's own Go client, when Go and clientv3's sources are installed (see
+//!   [`crate::goclient`]); skipped with the reason printed otherwise.
 
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use serde::Serialize;
 
 use tokio::time::Instant;
 
+use crate::goclient::GoClient;
 use crate::lease::Kept;
 use crate::retry::{self, Op};
 use crate::watch::Watched;
@@ -33,15 +36,18 @@ pub enum ClientKind {
     EtcdClientTuned,
     /// The tuned `etcd-client` inside an application's retry loop.
     EtcdClientTunedRetry,
+    /// etcd's Go client, clientv3, through a driver process (optional: needs Go).
+    GoClientv3,
 }
 
 impl ClientKind {
     /// Every client, in the order the report lists them.
-    pub const ALL: [ClientKind; 4] = [
+    pub const ALL: [ClientKind; 5] = [
         ClientKind::EtcdHa,
         ClientKind::EtcdClientDefault,
         ClientKind::EtcdClientTuned,
         ClientKind::EtcdClientTunedRetry,
+        ClientKind::GoClientv3,
     ];
 
     /// The name in the report and on the command line, also part of the client's key prefix.
@@ -51,6 +57,7 @@ impl ClientKind {
             ClientKind::EtcdClientDefault => "etcd-client-default",
             ClientKind::EtcdClientTuned => "etcd-client-tuned",
             ClientKind::EtcdClientTunedRetry => "etcd-client-tuned-retry",
+            ClientKind::GoClientv3 => "go-clientv3",
         }
     }
 
@@ -64,6 +71,11 @@ impl ClientKind {
                 "{}; plus {}",
                 tuned_description(),
                 retry::describe(retry::attempt_timeout(deadline))
+            ),
+            ClientKind::GoClientv3 => format!(
+                "clientv3 3.4 (Go): DialTimeout 2s, DialKeepAliveTime 5s, DialKeepAliveTimeout \
+                 1s, a {}ms context per call; its own balancer and retry interceptor",
+                deadline.as_millis()
             ),
         }
     }
@@ -118,6 +130,8 @@ pub enum BenchClient {
         /// The bound on one attempt, derived from the caller's deadline.
         attempt_timeout: Duration,
     },
+    /// etcd's Go client in its driver process.
+    Go(GoClient),
 }
 
 /// A client's watch service, for the watch probe ([`crate::watch`]).
@@ -132,6 +146,8 @@ pub enum WatchHandle {
         /// True if the application creates the watch again after it ends.
         resume: bool,
     },
+    /// clientv3's `Watch`, in the driver.
+    Go(GoClient),
 }
 
 impl WatchHandle {
@@ -142,6 +158,7 @@ impl WatchHandle {
             WatchHandle::Ec { client, resume } => {
                 crate::watch::watch_ec(*client, prefix, start, until, resume).await
             }
+            WatchHandle::Go(client) => client.watch(prefix, start, until).await,
         }
     }
 }
@@ -158,6 +175,8 @@ pub enum LeaseHandle {
         /// True if the application opens the keep-alive stream again after it fails.
         resume: bool,
     },
+    /// clientv3's `KeepAlive`, in the driver.
+    Go(GoClient),
 }
 
 impl LeaseHandle {
@@ -168,6 +187,7 @@ impl LeaseHandle {
             LeaseHandle::Ec { client, resume } => {
                 crate::lease::keep_ec(*client, start, until, resume).await
             }
+            LeaseHandle::Go(client) => client.keep(crate::lease::LEASE_TTL, start, until).await,
         }
     }
 }
@@ -232,6 +252,14 @@ impl BenchClient {
                     (BenchClient::Baseline(kv), watch, lease)
                 }
             }
+            ClientKind::GoClientv3 => {
+                let client = GoClient::start(endpoints, deadline).await?;
+                let (watch, lease) = (
+                    WatchHandle::Go(client.clone()),
+                    LeaseHandle::Go(client.clone()),
+                );
+                (BenchClient::Go(client), watch, lease)
+            }
         };
         let marker = format!("{prefix}marker");
         client
@@ -263,6 +291,7 @@ impl BenchClient {
                 let attempt = || ec_put(kv, key.clone(), value.clone());
                 retry::run(Op::Put, *attempt_timeout, attempt).await
             }
+            BenchClient::Go(client) => client.put(&key, &value).await,
         }
     }
 
@@ -290,6 +319,7 @@ impl BenchClient {
                 let attempt = || ec_get(kv, key.clone(), serializable);
                 retry::run(Op::Get, *attempt_timeout, attempt).await
             }
+            BenchClient::Go(client) => client.get(&key, serializable).await,
         }
     }
 }

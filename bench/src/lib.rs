@@ -17,7 +17,8 @@
 //! site.rs         where a trial runs: a fresh local cluster, or the user's with shell hooks
 //! scenario.rs     the local faults: whom they hit, the script, how re-election is judged
 //! trial.rs        one trial end to end: clients, loops, fault, re-election clock, read-back
-//! clients.rs      the four clients behind one put/get interface
+//! clients.rs      the clients behind one put/get/watch/lease interface
+//! goclient.rs     etcd's Go client through a driver process (bench/go/), when Go is installed
 //! retry.rs        the retry loop a careful application writes around etcd-client
 //! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
 //! election.rs     the cluster's own re-election time, from Status polls
@@ -40,6 +41,7 @@
 pub mod cli;
 pub mod clients;
 pub mod election;
+pub mod goclient;
 pub mod lease;
 pub mod metrics;
 pub mod plan;

@@ -3,13 +3,22 @@
 
 use clap::Parser;
 use etcd_ha_bench::cli::{Args, Format};
+use etcd_ha_bench::clients::ClientKind;
+use etcd_ha_bench::goclient;
 use etcd_ha_bench::plan;
 use etcd_ha_bench::progress::Progress;
 use etcd_ha_bench::report::{Report, Settings, table};
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let plan = args.plan();
+    let mut plan = args.plan();
+    // etcd's Go client joins only where Go and clientv3's sources are installed.
+    if plan.clients.contains(&ClientKind::GoClientv3)
+        && let Err(why) = goclient::prepare()
+    {
+        eprintln!("go-clientv3 skipped: {why}");
+        plan.clients.retain(|c| *c != ClientKind::GoClientv3);
+    }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     // As many worker threads as cores: the clients compete with the etcd members for them, as
     // they would in a real deployment.

@@ -1,0 +1,329 @@
+//! etcd's Go client (clientv3) as a benchmark client, when a Go toolchain and clientv3's
+//! sources are on the machine: a small Go driver (`bench/go/`) runs one shared clientv3 client
+//! and takes one command per line, so calls, watches and leases of the trial run in it exactly
+//! as they would in a Go service, while the trial times them from here.
+//!
+//! The driver is built offline in GOPATH mode against Debian's `golang-go` and
+//! `golang-etcd-server-dev` (clientv3 3.4.23 and its dependencies under `/usr/share/gocode`):
+//!
+//! ```text
+//! apt-get install golang-go golang-etcd-server-dev    # then go-clientv3 joins the run
+//! ```
+//!
+//! Without them the client is skipped with the reason printed; the rest of the run is the
+//! same. Each call also crosses a pipe both ways and the driver's goroutine scheduling (tens of
+//! microseconds), nothing next to the failover gaps and re-election times the report is about;
+//! its steady-state latencies are not comparable with the in-process clients'.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::clients::ErrorKind;
+use crate::lease::{Kept, Renewal};
+use crate::watch::{Seen, Watched};
+
+/// Where clientv3 and its dependencies live on Debian (`golang-etcd-server-dev`).
+const SYSTEM_GOPATH: &str = "/usr/share/gocode";
+
+/// The driver's package, under `bench/go/src/`.
+const DRIVER_PACKAGE: &str = "etcdhabench/clientv3driver";
+
+/// How long the driver may take to start and connect.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The driver built for this run, or why there is none (set once by [`prepare`]).
+static DRIVER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// Builds the driver (incremental: Go's build cache makes a rebuild take about a second) and
+/// remembers the outcome for [`GoClient::start`]. Returns why Go's client cannot run, if so.
+pub fn prepare() -> Result<(), String> {
+    DRIVER
+        .get_or_init(build)
+        .as_ref()
+        .map(drop)
+        .map_err(Clone::clone)
+}
+
+/// `go build` of the driver into the workspace's `target/go-clientv3/`.
+fn build() -> Result<PathBuf, String> {
+    let bench = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let clientv3 = Path::new(SYSTEM_GOPATH).join("src/go.etcd.io/etcd/clientv3");
+    if !clientv3.is_dir() {
+        return Err(format!(
+            "clientv3's sources are not at {} (apt-get install golang-etcd-server-dev)",
+            clientv3.display()
+        ));
+    }
+    let out_dir = bench.join("../target/go-clientv3");
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let binary = out_dir.join("clientv3driver");
+    let gopath = format!("{}:{SYSTEM_GOPATH}", bench.join("go").display());
+    let output = std::process::Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(DRIVER_PACKAGE)
+        .env("GOPATH", gopath)
+        .env("GO111MODULE", "off")
+        .env("GOFLAGS", "")
+        .output()
+        .map_err(|e| format!("no Go toolchain (`go`: {e}; apt-get install golang-go)"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "the clientv3 driver did not build: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(binary)
+}
+
+/// Who waits for the driver's lines about one command.
+enum Waiter {
+    /// A call: its one answer.
+    Once(oneshot::Sender<String>),
+    /// A watch or a lease: every line until `end`.
+    Stream(mpsc::UnboundedSender<(Instant, String)>),
+}
+
+/// Waiters by command id, shared with the task that reads the driver's output.
+type Waiters = Arc<Mutex<HashMap<u64, Waiter>>>;
+
+/// One running driver: one clientv3 client. Cheap to clone; the driver is killed when the
+/// last clone goes.
+#[derive(Clone)]
+pub struct GoClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Command lines to the task that writes the driver's stdin.
+    commands: mpsc::UnboundedSender<String>,
+    waiters: Waiters,
+    next_id: AtomicU64,
+    /// The driver process, killed on drop.
+    _child: Child,
+}
+
+impl GoClient {
+    /// Starts a driver connected to `endpoints`, with `deadline` on every call it makes.
+    pub async fn start(endpoints: &[String], deadline: Duration) -> Result<GoClient, String> {
+        let binary = match DRIVER.get() {
+            Some(Ok(binary)) => binary.clone(),
+            Some(Err(why)) => return Err(why.clone()),
+            None => return Err("the clientv3 driver was not prepared".into()),
+        };
+        let mut child = Command::new(binary)
+            .arg("--endpoints")
+            .arg(endpoints.join(","))
+            .arg("--deadline")
+            .arg(format!("{}ms", deadline.as_millis()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("the clientv3 driver did not start: {e}"))?;
+        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+        let (Some(mut stdin), Some(stdout)) = (stdin, stdout) else {
+            return Err("the clientv3 driver has no pipes".into());
+        };
+        let (commands, mut queue) = mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            while let Some(line) = queue.recv().await {
+                if stdin.write_all(line.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let waiters: Waiters = Arc::default();
+        let (ready_tx, ready) = oneshot::channel();
+        waiters.lock().unwrap().insert(0, Waiter::Once(ready_tx));
+        tokio::spawn(dispatch(BufReader::new(stdout), waiters.clone()));
+        match tokio::time::timeout(START_TIMEOUT, ready).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return Err("the clientv3 driver exited (see its stderr)".into()),
+            Err(_) => return Err("the clientv3 driver did not connect in 10 s".into()),
+        }
+        Ok(GoClient {
+            inner: Arc::new(Inner {
+                commands,
+                waiters,
+                next_id: AtomicU64::new(1),
+                _child: child,
+            }),
+        })
+    }
+
+    /// Sends `command` under a new id, after registering `waiter` for its answers.
+    fn send(&self, command: &str, waiter: Waiter) -> u64 {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        self.inner.waiters.lock().unwrap().insert(id, waiter);
+        // A closed queue means the driver is gone: the waiter's channel closes with it.
+        let _ = self.inner.commands.send(format!("{id} {command}\n"));
+        id
+    }
+
+    /// One call: `Ok` on the driver's `ok`, its error kind otherwise.
+    async fn call(&self, command: &str) -> Result<(), ErrorKind> {
+        let (tx, rx) = oneshot::channel();
+        self.send(command, Waiter::Once(tx));
+        match rx.await {
+            Ok(answer) if answer == "ok" || answer.starts_with("ok ") => Ok(()),
+            Ok(answer) => Err(answer.strip_prefix("err ").unwrap_or(&answer).to_string()),
+            Err(_) => Err("DriverGone".into()),
+        }
+    }
+
+    /// Put `value` at `key` (both printable, without spaces, as the benchmark's are).
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<(), ErrorKind> {
+        let (key, value) = (String::from_utf8_lossy(key), String::from_utf8_lossy(value));
+        self.call(&format!("put {key} {value}")).await
+    }
+
+    /// Read `key`, serializable or linearizable.
+    pub async fn get(&self, key: &[u8], serializable: bool) -> Result<(), ErrorKind> {
+        let mode = if serializable { "s" } else { "l" };
+        self.call(&format!("get {} {mode}", String::from_utf8_lossy(key)))
+            .await
+    }
+
+    /// Watches `prefix` as a Go service does (one `Watch` whose channel clientv3 keeps open
+    /// and resumes itself) until `until`, times from `start`.
+    pub async fn watch(self, prefix: String, start: Instant, until: Instant) -> Watched {
+        let (tx, mut lines) = mpsc::unbounded_channel();
+        self.send(&format!("watch {prefix}"), Waiter::Stream(tx));
+        let mut out = Watched::default();
+        loop {
+            let (at, line) = match tokio::time::timeout_at(until, lines.recv()).await {
+                Err(_until) => return out,
+                Ok(None) => {
+                    out.ended = Some("DriverGone".into());
+                    return out;
+                }
+                Ok(Some(line)) => line,
+            };
+            let mut words = line.split(' ');
+            match (words.next(), words.next(), words.next()) {
+                (Some("ev"), Some(key), Some(revision)) => {
+                    let seq = key
+                        .strip_prefix(prefix.as_str())
+                        .and_then(|s| s.parse().ok());
+                    if let (Some(seq), Ok(revision)) = (seq, revision.parse()) {
+                        let at_us = at.saturating_duration_since(start).as_micros() as u64;
+                        out.seen.push(Seen {
+                            seq,
+                            revision,
+                            at_us,
+                        });
+                    }
+                }
+                (Some("end"), reason, _) => {
+                    out.ended = Some(reason.unwrap_or("ended").to_string());
+                    return out;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Grants a lease of `ttl` and keeps it with clientv3's `KeepAlive` until `until`, times
+    /// from `start`. clientv3 does not say when it sent a renewal: its answer's arrival stands
+    /// for both, so a renewal in flight at the fault counts from its answer.
+    pub async fn keep(self, ttl: Duration, start: Instant, until: Instant) -> Kept {
+        let (tx, mut lines) = mpsc::unbounded_channel();
+        self.send(&format!("lease {}", ttl.as_secs()), Waiter::Stream(tx));
+        let mut out = Kept::default();
+        loop {
+            let (at, line) = match tokio::time::timeout_at(until, lines.recv()).await {
+                Err(_until) => return out,
+                Ok(None) => {
+                    out.ended = Some("DriverGone".into());
+                    return out;
+                }
+                Ok(Some(line)) => line,
+            };
+            let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+            match word {
+                "granted" => out.lease_id = rest.parse().ok(),
+                "renewed" => {
+                    let us = at.saturating_duration_since(start).as_micros() as u64;
+                    out.renewals.push(Renewal {
+                        sent_us: us,
+                        answered_us: us,
+                    });
+                }
+                "end" => {
+                    out.ended = Some(rest.to_string());
+                    return out;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Reads the driver's lines (`<id> <answer>`) and hands each to its waiter, stamped with its
+/// arrival; a call's waiter and a stream's at its `end` are removed.
+async fn dispatch(output: impl tokio::io::AsyncBufRead + Unpin, waiters: Waiters) {
+    let mut lines = output.lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let at = Instant::now();
+        let Some((id, answer)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(id) = id.parse::<u64>() else {
+            continue;
+        };
+        let mut waiters = waiters.lock().unwrap();
+        let done = answer.starts_with("end");
+        match waiters.get(&id) {
+            Some(Waiter::Stream(tx)) => {
+                let _ = tx.send((at, answer.to_string()));
+                if done {
+                    waiters.remove(&id);
+                }
+            }
+            Some(Waiter::Once(_)) => {
+                if let Some(Waiter::Once(tx)) = waiters.remove(&id) {
+                    let _ = tx.send(answer.to_string());
+                }
+            }
+            None => {}
+        }
+    }
+    // The driver is gone: every waiter's channel closes, so nobody waits forever.
+    waiters.lock().unwrap().clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The driver's lines reach the right waiters: a call's one answer, a stream's lines up to
+    /// its `end`, after which its waiter is gone; lines for nobody are dropped.
+    #[tokio::test]
+    async fn lines_reach_their_waiters() {
+        let waiters: Waiters = Arc::default();
+        let (call_tx, call) = oneshot::channel();
+        let (stream_tx, mut stream) = mpsc::unbounded_channel();
+        waiters.lock().unwrap().insert(1, Waiter::Once(call_tx));
+        waiters.lock().unwrap().insert(2, Waiter::Stream(stream_tx));
+        let text: &[u8] = b"2 ev p/7 12\n9 ok\n1 err Timeout\n2 end channel-closed\n2 ev p/8 13\n";
+        dispatch(BufReader::new(text), waiters.clone()).await;
+        assert_eq!(call.await.unwrap(), "err Timeout");
+        let mut seen = Vec::new();
+        while let Some((_, line)) = stream.recv().await {
+            seen.push(line);
+        }
+        assert_eq!(seen, ["ev p/7 12", "end channel-closed"]);
+        assert!(waiters.lock().unwrap().is_empty());
+    }
+}
