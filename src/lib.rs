@@ -116,6 +116,7 @@ mod maintenance;
 mod metrics;
 #[cfg(feature = "mutants")]
 mod mutants;
+mod namespace;
 mod options;
 pub mod proto;
 mod redact;
