@@ -51,7 +51,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 32;
 ///
 /// let stm = Stm::new(&client).with_isolation(Isolation::RepeatableRead);
 /// let hits = stm
-///     .run(async |tx| {
+///     .run(|tx| async move {
 ///         let n: u64 = match tx.get("hits").await? {
 ///             Some(v) => String::from_utf8_lossy(&v).parse().unwrap_or(0),
 ///             None => 0,
@@ -134,6 +134,10 @@ impl Stm {
     /// that a key it read changed in between; returns what the successful run returned. See
     /// the module docs for errors and for closures that must not apply twice.
     ///
+    /// `apply` is called once per attempt and returns a future that owns what it uses (write
+    /// `|tx| { let x = x.clone(); async move { .. } }` for captured values), so that the run
+    /// can be spawned on a multi-threaded runtime.
+    ///
     /// ```no_run
     /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
     /// use etcd_ha::concurrency::stm::Stm;
@@ -142,7 +146,9 @@ impl Stm {
     /// /// error (the marker key says it was done).
     /// async fn transfer(stm: &Stm, id: &str) -> etcd_ha::Result<bool> {
     ///     let marker = format!("done/{id}");
-    ///     stm.run(async |tx| {
+    ///     stm.run(|tx| {
+    ///         let marker = marker.clone();
+    ///         async move {
     ///         if tx.get(marker.as_str()).await?.is_some() {
     ///             return Ok(false); // applied by an earlier call
     ///         }
@@ -154,6 +160,7 @@ impl Stm {
     ///         tx.put("b", (b + 10).to_string());
     ///         tx.put(marker.as_str(), "");
     ///         Ok(true)
+    ///         }
     ///     })
     ///     .await
     /// }
@@ -168,9 +175,10 @@ impl Stm {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn run<T, E, F>(&self, mut apply: F) -> std::result::Result<T, E>
+    pub async fn run<T, E, F, Fut>(&self, mut apply: F) -> std::result::Result<T, E>
     where
-        F: AsyncFnMut(StmTxn) -> std::result::Result<T, E>,
+        F: FnMut(StmTxn) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
         E: From<Error>,
     {
         if self.max_attempts == 0 {
@@ -216,7 +224,7 @@ impl Stm {
 ///
 /// ```no_run
 /// # async fn demo(stm: etcd_ha::concurrency::stm::Stm) -> etcd_ha::Result<()> {
-/// stm.run(async |tx| {
+/// stm.run(|tx| async move {
 ///     let rev = tx.rev("config").await?;
 ///     if tx.get("config").await?.is_none() {
 ///         tx.put("config", "default");
