@@ -20,6 +20,7 @@ use crate::kv::Kv;
 use crate::lease::Lease;
 use crate::lock::Lock;
 use crate::maintenance::Maintenance;
+use crate::namespace::Namespace;
 use crate::options::Options;
 use crate::proto::etcdserverpb::StatusRequest;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
@@ -46,6 +47,9 @@ pub struct Client {
     keeper: Arc<OnceLock<Keeper>>,
     /// The task owning the managed watches' shared stream, started on first use.
     watch_hub: Arc<OnceLock<crate::watch::Hub>>,
+    /// The key prefix of this handle ([`with_namespace`](Self::with_namespace)), passed to
+    /// every sub-client it hands out; `None` for the whole keyspace.
+    namespace: Option<Namespace>,
 }
 
 impl Client {
@@ -102,6 +106,7 @@ impl Client {
             transport,
             keeper: Arc::default(),
             watch_hub: Arc::default(),
+            namespace: None,
         })
     }
 
@@ -132,7 +137,61 @@ impl Client {
     /// # }
     /// ```
     pub fn kv(&self) -> Kv {
-        Kv::new(self.transport.clone())
+        Kv::new(self.transport.clone(), self.namespace.clone())
+    }
+
+    /// A view of this client confined to the keys that start with `prefix`: the same
+    /// connections, but every key its KV, txns, watches and lease key listings send is prefixed
+    /// with `prefix`, and every key they receive has it removed. Everything built on the view
+    /// (sessions, [`concurrency`](crate::concurrency) recipes, STM) lives inside the namespace
+    /// too, so two views with different prefixes never see each other's keys, and recipes with
+    /// the same name in two namespaces do not interfere.
+    ///
+    /// Ranges stay inside the namespace: a prefix read of `""`, a from-key read and a delete
+    /// of everything from a key cover the namespace's keys and nothing else. Calling it on a
+    /// namespaced client nests: `with_namespace("a/")?.with_namespace("b/")?` is the namespace
+    /// `"a/b/"`. Leases themselves (ids, TTLs) are cluster-wide; only their keys are filtered.
+    /// Not namespaced: [`balanced_channel`](Self::balanced_channel) (raw gRPC), the
+    /// server-side [`election`](Self::election) and [`lock`](Self::lock) services, and the
+    /// cluster, maintenance and auth services, which have no keys.
+    ///
+    /// An empty `prefix` is refused with [`Error::InvalidNamespace`]: it would isolate nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// use etcd_ha::{GetOptions, PutOptions};
+    ///
+    /// let tenant = client.with_namespace("tenant-a/")?;
+    /// tenant.kv().put("config", "x", PutOptions::new()).await?;
+    /// // Stored as "tenant-a/config"; the tenant sees "config".
+    /// let raw = client.kv().get("tenant-a/config", GetOptions::new()).await?;
+    /// assert_eq!(raw.count, 1);
+    /// let mine = tenant.kv().get("", GetOptions::new().with_prefix()).await?;
+    /// assert_eq!(mine.kvs[0].key, b"config");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_namespace(&self, prefix: impl AsRef<[u8]>) -> Result<Client> {
+        let namespace = Namespace::new(self.namespace.as_ref(), prefix.as_ref())?;
+        Ok(Client {
+            namespace: Some(namespace),
+            ..self.clone()
+        })
+    }
+
+    /// The whole key prefix of this handle (nested namespaces concatenated), `None` for a
+    /// client that is not namespaced.
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let nested = client.with_namespace("a/")?.with_namespace("b/")?;
+    /// assert_eq!(nested.namespace(), Some(&b"a/b/"[..]));
+    /// assert_eq!(client.namespace(), None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn namespace(&self) -> Option<&[u8]> {
+        self.namespace.as_ref().map(Namespace::prefix)
     }
 
     /// Leases: grant, revoke, time to live, keep-alive.
@@ -144,7 +203,7 @@ impl Client {
     /// # }
     /// ```
     pub fn lease(&self) -> Lease {
-        Lease::new(self.transport.clone())
+        Lease::new(self.transport.clone(), self.namespace.clone())
     }
 
     /// The client's lease keeper: keeps any number of leases alive over one stream (see
@@ -173,7 +232,11 @@ impl Client {
     /// # }
     /// ```
     pub fn watch(&self) -> Watch {
-        Watch::new(self.transport.clone(), self.watch_hub.clone())
+        Watch::new(
+            self.transport.clone(),
+            self.watch_hub.clone(),
+            self.namespace.clone(),
+        )
     }
 
     /// Cluster membership.
@@ -321,6 +384,7 @@ impl fmt::Debug for Client {
         f.debug_struct("Client")
             .field("endpoints", &self.transport.balancer.endpoints())
             .field("options", &self.transport.options)
+            .field("namespace", &self.namespace)
             .finish()
     }
 }

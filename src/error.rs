@@ -269,6 +269,22 @@ pub enum Error {
         retry_after: Duration,
     },
 
+    /// A namespace prefix given to [`Client::with_namespace`](crate::Client::with_namespace)
+    /// cannot be used (it is empty, so it would isolate nothing).
+    #[error("invalid namespace: {reason}")]
+    InvalidNamespace {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// An [`Stm`](crate::concurrency::stm::Stm) transaction conflicted with other writers on
+    /// every one of its `attempts` and gave up; none of its writes was applied.
+    #[error("STM transaction conflicted {attempts} times in a row; gave up")]
+    StmConflict {
+        /// How many times the transaction ran and found its reads changed.
+        attempts: u32,
+    },
+
     /// The server closed a stream that should have stayed open.
     #[error("the server closed the stream")]
     StreamClosed,
@@ -324,6 +340,8 @@ impl Error {
                 | Error::NoSpace
                 | Error::InvalidRequest(_)
                 | Error::Fenced { .. }
+                | Error::InvalidNamespace { .. }
+                | Error::StmConflict { .. }
         )
     }
 

@@ -6,6 +6,7 @@ use tokio::sync::mpsc;
 
 use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::{Error, Result};
+use crate::namespace::Namespace;
 use crate::proto::etcdserverpb::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
     LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
@@ -29,13 +30,16 @@ pub struct Lease {
     transport: Arc<Transport>,
     /// Per-call options (deadline, routing, require-leader) of the calls made through it.
     call: CallOptions,
+    /// The client's namespace: a lease's keys are listed stripped of it, other keys left out.
+    namespace: Option<Namespace>,
 }
 
 impl Lease {
-    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+    pub(crate) fn new(transport: Arc<Transport>, namespace: Option<Namespace>) -> Self {
         Lease {
             transport,
             call: CallOptions::default(),
+            namespace,
         }
     }
 
@@ -90,7 +94,9 @@ impl Lease {
     }
 
     /// Remaining and granted TTL of a lease (`ttl == -1` when it expired or never existed), and
-    /// its keys when `keys` is set.
+    /// its keys when `keys` is set. Through a namespaced client
+    /// ([`Client::with_namespace`](crate::Client::with_namespace)) the keys are those of its
+    /// namespace, without the prefix; keys the lease holds elsewhere are left out.
     ///
     /// ```no_run
     /// # async fn demo(lease: etcd_ha::Lease, id: i64) -> etcd_ha::Result<()> {
@@ -101,14 +107,19 @@ impl Lease {
     /// ```
     pub async fn time_to_live(&self, id: i64, keys: bool) -> Result<LeaseTimeToLiveResponse> {
         let request = LeaseTimeToLiveRequest { id, keys };
-        self.transport
+        let mut resp = self
+            .transport
             .unary(
                 Rpc::LeaseTimeToLive,
                 self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.lease().lease_time_to_live(r).await },
             )
-            .await
+            .await?;
+        if let Some(ns) = &self.namespace {
+            resp.keys = ns.lease_keys(std::mem::take(&mut resp.keys));
+        }
+        Ok(resp)
     }
 
     /// Every lease the cluster holds.

@@ -33,7 +33,9 @@
 //! metrics.rs      counters through the `metrics` facade (feature "metrics")
 //! client.rs       Client: connect, endpoints(), the typed sub-clients below, and the lease
 //!                 keeper and watch hub they share
-//! kv.rs, txn.rs   KV: get / put / delete with options, the Txn builder, compact
+//! kv/, txn.rs    KV: get / put / delete with options, the Txn builder, compact;
+//!                 kv/monotonic.rs: the rule that keeps serializable reads from going back
+//! namespace.rs    key namespaces: the prefix put on requests and stripped from answers
 //! lease.rs        Lease: grant, revoke, time to live, leases, raw keep-alive stream
 //! keeper/         the lease keeper: many leases over one keep-alive stream, conservative
 //!                 local expiry, lost signal (state.rs: the bookkeeping; task.rs: the stream)
@@ -46,7 +48,8 @@
 //! maintenance.rs  Maintenance: status, alarms, defragment, hashes, move leader, snapshot
 //! auth.rs         Auth: enable / disable / status, authenticate, users, roles
 //! concurrency/    recipes: Election and Mutex (queued, predecessor-only waits), PD-style
-//!                 Leadership with a lost() signal, Fence for guarded writes
+//!                 Leadership with a lost() signal, Fence for guarded writes; stm/
+//!                 (software transactional memory: state.rs the pure bookkeeping)
 //! election.rs     the server-side Election service
 //! lock.rs         the server-side Lock service
 //! testkit/        (feature "testkit") real etcd clusters and fault injection for tests
@@ -94,6 +97,42 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Namespaces, monotonic reads and STM
+//!
+//! [`Client::with_namespace`] confines a client to the keys under a prefix (every sub-client
+//! and recipe built on it included). Serializable reads never go back to a revision older than
+//! one the client already saw ([`Options::with_monotonic_reads`], on by default).
+//! [`concurrency::stm::Stm`] runs a read-modify-write closure as one transaction, again on
+//! conflict.
+//!
+//! ```no_run
+//! use etcd_ha::concurrency::stm::{Isolation, Stm};
+//! use etcd_ha::{GetOptions, PutOptions};
+//!
+//! # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+//! let tenant = client.with_namespace("tenant-a/")?;
+//! tenant.kv().put("accounts/a", "100", PutOptions::new()).await?; // "tenant-a/accounts/a"
+//! tenant.kv().put("accounts/b", "0", PutOptions::new()).await?;
+//!
+//! let balance = |v: Option<Vec<u8>>| -> i64 {
+//!     v.and_then(|v| String::from_utf8(v).ok()?.parse().ok()).unwrap_or(0)
+//! };
+//! Stm::new(&tenant)
+//!     .with_isolation(Isolation::SerializableSnapshot)
+//!     .run(|tx| async move {
+//!         let a = balance(tx.get("accounts/a").await?);
+//!         let b = balance(tx.get("accounts/b").await?);
+//!         tx.put("accounts/a", (a - 10).to_string());
+//!         tx.put("accounts/b", (b + 10).to_string());
+//!         Ok::<_, etcd_ha::Error>(())
+//!     })
+//!     .await?;
+//! let accounts = tenant.kv().get("accounts/", GetOptions::new().with_prefix().with_serializable()).await?;
+//! assert_eq!(accounts.kvs[1].key, b"accounts/b");
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
 
 mod auth;
@@ -116,6 +155,7 @@ mod maintenance;
 mod metrics;
 #[cfg(feature = "mutants")]
 mod mutants;
+mod namespace;
 mod options;
 pub mod proto;
 mod redact;

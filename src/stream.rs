@@ -27,11 +27,26 @@ pub struct ResponseStream<T> {
     inner: tonic::Streaming<T>,
     /// The member serving the stream, for transport errors.
     endpoint: Arc<str>,
+    /// Applied to every message before it is handed out (a namespaced watch strips its keys).
+    map: Option<MapFn<T>>,
 }
+
+/// What a stream does to each message (see [`ResponseStream::with_map`]).
+type MapFn<T> = Arc<dyn Fn(&mut T) + Send + Sync>;
 
 impl<T> ResponseStream<T> {
     pub(crate) fn new(inner: tonic::Streaming<T>, endpoint: Arc<str>) -> Self {
-        ResponseStream { inner, endpoint }
+        ResponseStream {
+            inner,
+            endpoint,
+            map: None,
+        }
+    }
+
+    /// The same stream with `map` applied to every message.
+    pub(crate) fn with_map(mut self, map: impl Fn(&mut T) + Send + Sync + 'static) -> Self {
+        self.map = Some(Arc::new(map));
+        self
     }
 
     /// The next message; `Ok(None)` when the server ended the stream cleanly.
@@ -44,7 +59,12 @@ impl<T> ResponseStream<T> {
     /// ```
     pub async fn message(&mut self) -> Result<Option<T>> {
         match self.inner.message().await {
-            Ok(m) => Ok(m),
+            Ok(mut m) => {
+                if let (Some(map), Some(m)) = (&self.map, &mut m) {
+                    map(m);
+                }
+                Ok(m)
+            }
             Err(status) => Err(Error::from_status(status, &self.endpoint)),
         }
     }
@@ -74,8 +94,17 @@ impl<T> Stream for ResponseStream<T> {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let endpoint = self.endpoint.clone();
-        Pin::new(&mut self.inner)
-            .poll_next(cx)
-            .map(|item| item.map(|r| r.map_err(|s| Error::from_status(s, &endpoint))))
+        let map = self.map.clone();
+        Pin::new(&mut self.inner).poll_next(cx).map(|item| {
+            item.map(|r| {
+                r.map(|mut m| {
+                    if let Some(map) = &map {
+                        map(&mut m);
+                    }
+                    m
+                })
+                .map_err(|s| Error::from_status(s, &endpoint))
+            })
+        })
     }
 }

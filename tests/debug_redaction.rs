@@ -13,6 +13,7 @@ mod support;
 
 use std::time::Duration;
 
+use etcd_ha::concurrency::stm::Stm;
 use etcd_ha::concurrency::{Election, Fence, Leadership, Mutex};
 use etcd_ha::testkit::Cluster;
 use etcd_ha::{Client, Error, GetOptions, Session, WatchOptions};
@@ -231,6 +232,21 @@ async fn no_public_type_shows_the_key_the_password_or_the_token() {
     secrets.check("concurrency::LeadershipHeld", &held);
     let current = leadership.current().await.unwrap();
     secrets.check("concurrency::CurrentLeader", &current);
+
+    // A namespaced view, and STM (the runner and the attempt its closure sees).
+    let tenant = client.with_namespace("debug-tenant/").unwrap();
+    secrets.check("Client (namespaced)", &tenant);
+    let stm = Stm::new(&tenant);
+    secrets.check("stm::Stm", &stm);
+    let shown = stm
+        .run(|tx| async move {
+            tx.get("k").await?;
+            tx.put("k", "v");
+            Ok::<_, Error>(format!("{tx:?}\n{tx:#?}"))
+        })
+        .await
+        .expect("an STM transaction");
+    secrets.assert_clean("stm::StmTxn", &shown);
 
     // Errors a caller may log.
     let wrong = Client::connect(

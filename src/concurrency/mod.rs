@@ -1,6 +1,6 @@
 //! Coordination recipes on top of keys, leases and watches: a queued [`Election`] (etcd's
 //! client-side recipe), PD-style [`Leadership`] with a `lost` signal, and a [`Mutex`]; each holder
-//! gets a [`Fence`] to guard its writes.
+//! gets a [`Fence`] to guard its writes. [`stm`] runs read-modify-write closures as transactions.
 //!
 //! # Which one to use
 //!
@@ -15,6 +15,9 @@
 //!   a new value and others can [`observe`](Election::observe) the leader. Bound to a
 //!   [`Session`](crate::Session).
 //! - [`Mutex`] (etcd's `concurrency.Mutex`): the same queue, as a lock.
+//! - [`stm::Stm`] (etcd's `concurrency.NewSTM`): no holder at all; a read-modify-write runs
+//!   optimistically and again when another writer got in between. Use it for updates of a few
+//!   keys that must be atomic (counters, transfers, indexes) rather than for a role.
 //!
 //! # Fencing
 //!
@@ -57,6 +60,7 @@ mod limit;
 mod mutex;
 mod observe;
 mod queue;
+pub mod stm;
 
 pub use election::{Election, Leader};
 pub use fence::Fence;

@@ -128,7 +128,7 @@ impl Keeper {
     pub async fn grant(&self, ttl: Duration) -> Result<KeptLease> {
         let transport = self.shared.transport()?;
         let sent = Instant::now();
-        let granted = Lease::new(transport)
+        let granted = Lease::new(transport, None)
             .grant(ttl::whole_seconds(ttl)?, None)
             .await?;
         // A grant answers a positive TTL; anything else is taken as the shortest there is.

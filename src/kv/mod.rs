@@ -2,15 +2,17 @@
 
 use std::sync::Arc;
 
-use crate::call::{CallOptions, Deadline, Transport};
+use crate::call::{Call, CallOptions, Deadline, Transport};
 use crate::error::Result;
+use crate::namespace::{self, Namespace};
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeResponse, PutResponse, RangeRequest,
-    RangeResponse, TxnResponse,
+    RangeResponse, ResponseHeader, TxnResponse,
 };
 use crate::rpc::Rpc;
 use crate::txn::Txn;
 
+mod monotonic;
 mod options;
 pub use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 pub use options::{DeleteOptions, GetOptions, PutOptions, prefix_end};
@@ -33,13 +35,16 @@ pub struct Kv {
     transport: Arc<Transport>,
     /// Per-call options (deadline, routing, require-leader) of the calls made through it.
     call: CallOptions,
+    /// The client's namespace: every key sent is prefixed, every key received stripped.
+    namespace: Option<Namespace>,
 }
 
 impl Kv {
-    pub(crate) fn new(transport: Arc<Transport>) -> Self {
+    pub(crate) fn new(transport: Arc<Transport>, namespace: Option<Namespace>) -> Self {
         Kv {
             transport,
             call: CallOptions::default(),
+            namespace,
         }
     }
 
@@ -67,17 +72,74 @@ impl Kv {
     /// # }
     /// ```
     pub async fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
-        self.transport
-            .unary(
-                Rpc::Range {
-                    serializable: request.serializable,
-                },
-                self.call.call(Deadline::Default),
+        let request = namespace::map(self.namespace.as_ref(), request, Namespace::range_request);
+        let serializable = request.serializable;
+        let mut resp = self
+            .guarded(
+                serializable,
                 request,
-                |c, r| async move { c.kv().range(r).await },
+                |request, call| {
+                    let rpc = Rpc::Range {
+                        serializable: request.serializable,
+                    };
+                    self.transport.unary(
+                        rpc,
+                        call,
+                        request,
+                        |c, r| async move { c.kv().range(r).await },
+                    )
+                },
+                |r| r.header.as_ref(),
+                |request| RangeRequest {
+                    serializable: false,
+                    ..request
+                },
             )
-            .await
-            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
+            .await?;
+        namespace::strip(
+            self.namespace.as_ref(),
+            &mut resp,
+            Namespace::range_response,
+        );
+        Ok(resp)
+    }
+
+    /// Make a read with `send`; when it is `serializable` and answered below the client's
+    /// monotonic floor (see `monotonic.rs`), make it again as `linearizable(request)` within
+    /// what is left of the deadline. Either way, the answer's header is observed.
+    async fn guarded<Req, Resp, Fut>(
+        &self,
+        serializable: bool,
+        request: Req,
+        send: impl Fn(Req, Call) -> Fut,
+        header: impl Fn(&Resp) -> Option<&ResponseHeader>,
+        linearizable: impl FnOnce(Req) -> Req,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        Fut: Future<Output = Result<Resp>>,
+    {
+        let floor = monotonic::floor(
+            self.transport.options.monotonic_reads,
+            serializable,
+            self.transport.seen_revision(),
+        );
+        let call = self.call.call(Deadline::Default);
+        let at = self.transport.deadline_at(call.deadline);
+        let again = floor.map(|_| request.clone());
+        let mut resp = send(request, call.clone()).await?;
+        self.transport.observe_header(header(&resp));
+        if let Some(request) = again.filter(|_| monotonic::is_stale(floor, header(&resp))) {
+            tracing::debug!(
+                floor,
+                answered = header(&resp).map(|h| h.revision),
+                "serializable read older than a revision already seen; reading linearizably"
+            );
+            let deadline = monotonic::remaining(at, tokio::time::Instant::now())?;
+            resp = send(linearizable(request), Call { deadline, ..call }).await?;
+            self.transport.observe_header(header(&resp));
+        }
+        Ok(resp)
     }
 
     /// Write `value` at `key`.
@@ -96,15 +158,19 @@ impl Kv {
         options: PutOptions,
     ) -> Result<PutResponse> {
         let request = options.into_request(key.into(), value.into());
-        self.transport
+        let request = namespace::map(self.namespace.as_ref(), request, Namespace::put_request);
+        let mut resp = self
+            .transport
             .unary(
                 Rpc::Put,
                 self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.kv().put(r).await },
             )
-            .await
-            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
+            .await?;
+        self.transport.observe_header(resp.header.as_ref());
+        namespace::strip(self.namespace.as_ref(), &mut resp, Namespace::put_response);
+        Ok(resp)
     }
 
     /// Delete `key` (or the range the options describe).
@@ -122,15 +188,23 @@ impl Kv {
         options: DeleteOptions,
     ) -> Result<DeleteRangeResponse> {
         let request = options.into_request(key.into());
-        self.transport
+        let request = namespace::map(self.namespace.as_ref(), request, Namespace::delete_request);
+        let mut resp = self
+            .transport
             .unary(
                 Rpc::DeleteRange,
                 self.call.call(Deadline::Default),
                 request,
                 |c, r| async move { c.kv().delete_range(r).await },
             )
-            .await
-            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
+            .await?;
+        self.transport.observe_header(resp.header.as_ref());
+        namespace::strip(
+            self.namespace.as_ref(),
+            &mut resp,
+            Namespace::delete_response,
+        );
+        Ok(resp)
     }
 
     /// Run a transaction.
@@ -147,19 +221,30 @@ impl Kv {
     /// ```
     pub async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         let request = txn.into_request();
-        // A txn that only reads is as safe to repeat as a range.
-        let rpc = Rpc::Txn {
-            read_only: crate::txn::is_read_only(&request),
-        };
-        self.transport
-            .unary(
-                rpc,
-                self.call.call(Deadline::Default),
+        let request = namespace::map(self.namespace.as_ref(), request, Namespace::txn_request);
+        let serializable = monotonic::is_serializable_txn(&request);
+        let mut resp = self
+            .guarded(
+                serializable,
                 request,
-                |c, r| async move { c.kv().txn(r).await },
+                |request, call| {
+                    // A txn that only reads is as safe to repeat as a range.
+                    let rpc = Rpc::Txn {
+                        read_only: crate::txn::is_read_only(&request),
+                    };
+                    self.transport.unary(
+                        rpc,
+                        call,
+                        request,
+                        |c, r| async move { c.kv().txn(r).await },
+                    )
+                },
+                |r| r.header.as_ref(),
+                monotonic::linearizable_txn,
             )
-            .await
-            .inspect(|r| self.transport.observe_header(r.header.as_ref()))
+            .await?;
+        namespace::strip(self.namespace.as_ref(), &mut resp, Namespace::txn_response);
+        Ok(resp)
     }
 
     /// Compact the key-value history up to `revision`. With `physical`, the call returns only

@@ -46,6 +46,9 @@ pub struct Options {
     pub(crate) max_response_bytes: usize,
     /// Send `hasleader=true` on calls that need a leader, so a leaderless member refuses at once.
     pub(crate) require_leader: bool,
+    /// Never return a serializable read older than a revision this client has already seen
+    /// (see [`Options::with_monotonic_reads`]).
+    pub(crate) monotonic_reads: bool,
     /// Health probe interval per endpoint.
     pub(crate) probe_interval: Duration,
     /// Bound on one probe.
@@ -79,6 +82,7 @@ impl Default for Options {
             // etcd's client default is "unlimited" (MaxInt32); 512 MiB still stops a runaway.
             max_response_bytes: 512 * 1024 * 1024,
             require_leader: true,
+            monotonic_reads: true,
             probe_interval: DEFAULT_PROBE_INTERVAL,
             probe_timeout: DEFAULT_PROBE_TIMEOUT,
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
@@ -230,6 +234,24 @@ impl Options {
     /// ```
     pub fn with_require_leader(mut self, on: bool) -> Self {
         self.require_leader = on;
+        self
+    }
+
+    /// Monotonic reads (default on): a serializable read (a get with
+    /// [`GetOptions::with_serializable`](crate::GetOptions::with_serializable), or a txn of
+    /// such reads) answered at a revision older than the newest one this client has already
+    /// seen (in any KV answer before the read started) is not returned; it is made again,
+    /// linearizably, within the same deadline. Serializable reads are spread over the members
+    /// and a lagging member (cut off from its peers, or catching up after a restart) answers
+    /// from its old state, so without this a read can go back in time. A linearizable read
+    /// never does. Off (`false`), every answer is returned as it comes, like etcd's own
+    /// clients do by default.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_monotonic_reads(false);
+    /// ```
+    pub fn with_monotonic_reads(mut self, on: bool) -> Self {
+        self.monotonic_reads = on;
         self
     }
 
@@ -418,6 +440,7 @@ impl fmt::Debug for Options {
             .field("max_request_bytes", &self.max_request_bytes)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("require_leader", &self.require_leader)
+            .field("monotonic_reads", &self.monotonic_reads)
             .field("probe_interval", &self.probe_interval)
             .field("probe_timeout", &self.probe_timeout)
             .field("attempt_timeout", &self.attempt_timeout)

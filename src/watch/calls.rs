@@ -117,7 +117,7 @@ async fn read_range(
     range_end: &[u8],
     max_bytes: usize,
 ) -> Result<(i64, Vec<KeyValue>)> {
-    let kv = Kv::new(transport);
+    let kv = Kv::new(transport, None);
     let mut revision = 0;
     let mut from = key.to_vec();
     let mut kvs = Vec::new();

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use super::hub::Hub;
 use crate::error::{Error, Result};
+use crate::namespace::Namespace;
 use crate::proto::mvccpb::{Event, KeyValue};
 
 /// Batches one watch may have waiting for its consumer. A watch whose consumer lets the
@@ -159,6 +160,8 @@ pub struct WatchStream {
     revision: i64,
     /// The last item was handed over: nothing more comes.
     ended: bool,
+    /// The namespace of the client that made the watch: keys are stripped of it.
+    namespace: Option<Namespace>,
 }
 
 impl WatchStream {
@@ -175,7 +178,12 @@ impl WatchStream {
             key,
             revision: 0,
             ended: false,
+            namespace: None,
         }
+    }
+
+    pub(crate) fn set_namespace(&mut self, namespace: Option<Namespace>) {
+        self.namespace = namespace;
     }
 
     pub(crate) fn set_revision(&mut self, revision: i64) {
@@ -253,6 +261,14 @@ impl WatchStream {
                 }
             }
         };
+        let mut item = item;
+        if let (Some(ns), Ok(batch)) = (&self.namespace, &mut item) {
+            match batch {
+                WatchBatch::Events { events, .. } => events.iter_mut().for_each(|e| ns.event(e)),
+                WatchBatch::Reloaded { kvs, .. } => kvs.iter_mut().for_each(|kv| ns.kv(kv)),
+                _ => {}
+            }
+        }
         match &item {
             Ok(
                 batch @ (WatchBatch::Events { .. }

@@ -26,6 +26,7 @@ pub use managed::{WatchBatch, WatchStream};
 
 use crate::call::{Call, Transport};
 use crate::error::{Error, Result};
+use crate::namespace::{self, Namespace};
 use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
     watch_create_request::FilterType, watch_request::RequestUnion,
@@ -58,11 +59,21 @@ pub struct Watch {
     transport: Arc<Transport>,
     /// The client's hub, started by the first managed watch.
     hub: Arc<OnceLock<Hub>>,
+    /// The client's namespace: watched keys are prefixed, events' keys stripped.
+    namespace: Option<Namespace>,
 }
 
 impl Watch {
-    pub(crate) fn new(transport: Arc<Transport>, hub: Arc<OnceLock<Hub>>) -> Self {
-        Watch { transport, hub }
+    pub(crate) fn new(
+        transport: Arc<Transport>,
+        hub: Arc<OnceLock<Hub>>,
+        namespace: Option<Namespace>,
+    ) -> Self {
+        Watch {
+            transport,
+            hub,
+            namespace,
+        }
     }
 
     /// Watch `key` (with `options`): a managed watch that survives member failures.
@@ -146,7 +157,8 @@ impl Watch {
         options: WatchOptions,
     ) -> Result<WatchStream> {
         let reload = options.reload_on_compaction;
-        let mut create = options.create_request(key.into());
+        let create = options.create_request(key.into());
+        let mut create = namespace::map(self.namespace.as_ref(), create, Namespace::watch_create);
         create.watch_id = 0;
         create.fragment = true;
         if create.start_revision == 0 {
@@ -156,9 +168,11 @@ impl Watch {
                 create.start_revision = seen + 1;
             }
         }
-        Hub::of(&self.hub, &self.transport)
+        let mut stream = Hub::of(&self.hub, &self.transport)
             .watch(create, reload, self.transport.options.request_timeout)
-            .await
+            .await?;
+        stream.set_namespace(self.namespace.clone());
+        Ok(stream)
     }
 
     /// How many streams the managed watches of this client have opened (one, unless
@@ -214,13 +228,18 @@ impl Watch {
         &self,
         first: WatchRequest,
     ) -> Result<(Watcher, ResponseStream<WatchResponse>)> {
-        let (tx, stream) = self
+        let first = namespace::map(self.namespace.as_ref(), first, Namespace::watch_request);
+        let (tx, mut stream) = self
             .transport
             .open_bidi(Rpc::Watch, Call::default(), first, |c, r| async move {
                 c.watch().watch(r).await
             })
             .await?;
-        Ok((Watcher { tx }, stream))
+        if let Some(ns) = self.namespace.clone() {
+            stream = stream.with_map(move |r: &mut WatchResponse| ns.watch_response(r));
+        }
+        let namespace = self.namespace.clone();
+        Ok((Watcher { tx, namespace }, stream))
     }
 }
 
@@ -236,6 +255,8 @@ impl Watch {
 #[derive(Clone, Debug)]
 pub struct Watcher {
     tx: mpsc::Sender<WatchRequest>,
+    /// The namespace of the client that opened the stream: creates sent here are mapped into it.
+    namespace: Option<Namespace>,
 }
 
 impl Watcher {
@@ -293,6 +314,7 @@ impl Watcher {
     /// # }
     /// ```
     pub async fn send(&self, request: WatchRequest) -> Result<()> {
+        let request = namespace::map(self.namespace.as_ref(), request, Namespace::watch_request);
         self.tx.send(request).await.map_err(|_| Error::StreamClosed)
     }
 }

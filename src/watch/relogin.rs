@@ -154,7 +154,7 @@ impl HubTask {
         tokio::spawn(
             async move {
                 let result = match transport.upgrade() {
-                    Some(t) => Kv::new(t).range(request).await.map(|_| ()),
+                    Some(t) => Kv::new(t, None).range(request).await.map(|_| ()),
                     None => Err(Error::Shutdown),
                 };
                 let _ = report.send(Internal::Permission { key, result });
