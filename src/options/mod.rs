@@ -244,8 +244,10 @@ impl Options {
     /// linearizably, within the same deadline. Serializable reads are spread over the members
     /// and a lagging member (cut off from its peers, or catching up after a restart) answers
     /// from its old state, so without this a read can go back in time. A linearizable read
-    /// never does. Off (`false`), every answer is returned as it comes, like etcd's own
-    /// clients do by default.
+    /// never does. The second read goes where the first could: a handle pinned to one member
+    /// ([`Kv::with_member`](crate::Kv::with_member)) reads that member again, and fails (with
+    /// the deadline) if it cannot serve a linearizable read. Off (`false`), every answer is
+    /// returned as it comes, like etcd's own clients do by default.
     ///
     /// ```
     /// let o = etcd_ha::Options::new().with_monotonic_reads(false);

@@ -9,7 +9,7 @@
 //! fails, another writer got in between: nothing was written, and the closure runs again, from
 //! the values the failed txn read back in the same round trip. After
 //! [`with_max_attempts`](Stm::with_max_attempts) conflicts in a row, the run ends with
-//! [`Error::StmConflict`](crate::Error::StmConflict).
+//! [`Error::StmConflict`].
 //!
 //! Design reference: etcd's Go client, `concurrency.NewSTM` (same isolation levels, the same
 //! compares and the same prefetch on conflict).
@@ -67,6 +67,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 32;
 pub struct Stm {
     /// Reads and the commit go through it (with its namespace, deadline and routing).
     kv: Kv,
+    /// What the commit checks (and at which revision reads are made).
     isolation: Isolation,
     /// Attempts before giving up with [`Error::StmConflict`].
     max_attempts: u32,
@@ -238,6 +239,7 @@ impl Stm {
 /// ```
 #[derive(Clone)]
 pub struct StmTxn {
+    /// The runner's handle: reads go through it.
     kv: Kv,
     /// The attempt's reads and writes; a std mutex held for map updates, never across `.await`.
     state: Arc<StdMutex<State>>,
