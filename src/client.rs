@@ -74,6 +74,7 @@ impl Client {
         let mut urls: Vec<String> = Vec::new();
         for e in endpoints {
             let url = endpoint::normalize(e.as_ref(), options.tls.is_some())?;
+            check_unix_socket(&url)?;
             if !urls.contains(&url) {
                 urls.push(url);
             }
@@ -322,6 +323,29 @@ impl fmt::Debug for Client {
             .field("endpoints", &self.transport.balancer.endpoints())
             .field("options", &self.transport.options)
             .finish()
+    }
+}
+
+/// A `unix://` endpoint given to [`Client::connect`] must name an existing socket: a missing
+/// file is a typo or an etcd that was never started, said at once rather than after the connect
+/// timeout. (A member's socket that goes away later is a down member like any other.)
+fn check_unix_socket(url: &str) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+
+    let Some(path) = endpoint::unix_path(url) else {
+        return Ok(());
+    };
+    let invalid = |reason| Error::InvalidEndpoint {
+        endpoint: endpoint::redact(url),
+        reason,
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => Ok(()),
+        Ok(_) => Err(invalid("not a unix socket")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(invalid("no unix socket at this path"))
+        }
+        Err(_) => Err(invalid("the unix socket's path cannot be read")),
     }
 }
 

@@ -10,6 +10,7 @@ mod latency;
 mod pace;
 pub(crate) mod prober;
 pub(crate) mod sync;
+mod unix;
 mod url;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -29,7 +30,7 @@ pub(crate) use health::{Failure, Health, HealthConfig};
 #[cfg(test)]
 pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
-pub(crate) use url::{Dial, is_secure, member_url, normalize, redact};
+pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 
 /// What the member's last Status answer said about raft.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
