@@ -95,6 +95,8 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly) marks the items a feature gates.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod auth;
 mod balance;
@@ -103,6 +105,9 @@ mod channel;
 mod client;
 mod cluster;
 pub mod concurrency;
+#[cfg(feature = "dns-srv")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dns-srv")))]
+pub mod discovery;
 mod drain;
 mod election;
 mod endpoint;
@@ -128,6 +133,7 @@ mod txn;
 mod watch;
 
 #[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
 pub use auth::{Auth, PermissionType};
