@@ -378,20 +378,71 @@ pub struct EndpointInfo {
     pub suspected: bool,
 }
 
-/// What a policy sees of one endpoint.
+/// What a policy sees of one endpoint. Built with [`Candidate::new`] and read through its
+/// accessors, so that it can learn more about an endpoint without breaking policies.
 ///
 /// ```
 /// use etcd_ha::{Candidate, HealthState};
-/// let c = Candidate { state: HealthState::Healthy, is_leader: true, latency: None };
+/// let c = Candidate::new(HealthState::Healthy, true, None);
+/// assert!(c.is_leader());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Candidate {
     /// Health as the prober and past requests left it.
-    pub state: HealthState,
+    pub(crate) state: HealthState,
     /// Whether this endpoint's member is the raft leader, as last learned.
-    pub is_leader: bool,
+    pub(crate) is_leader: bool,
     /// Smoothed latency of successful requests and probes; `None` before the first one.
-    pub latency: Option<Duration>,
+    pub(crate) latency: Option<Duration>,
+}
+
+impl Candidate {
+    /// A candidate in this health state, leader or not, with this smoothed latency (`None`:
+    /// nothing measured yet). For tests of a [`PickPolicy`](crate::PickPolicy).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use etcd_ha::{Candidate, HealthState};
+    /// let c = Candidate::new(HealthState::Probation, false, Some(Duration::from_millis(3)));
+    /// assert_eq!(c.state(), HealthState::Probation);
+    /// ```
+    pub fn new(state: HealthState, is_leader: bool, latency: Option<Duration>) -> Self {
+        Candidate {
+            state,
+            is_leader,
+            latency,
+        }
+    }
+
+    /// Health as the prober and past requests left it.
+    ///
+    /// ```
+    /// use etcd_ha::{Candidate, HealthState};
+    /// assert_eq!(Candidate::new(HealthState::Ejected, false, None).state(), HealthState::Ejected);
+    /// ```
+    pub fn state(&self) -> HealthState {
+        self.state
+    }
+
+    /// Whether this endpoint's member is the raft leader, as last learned.
+    ///
+    /// ```
+    /// use etcd_ha::{Candidate, HealthState};
+    /// assert!(!Candidate::new(HealthState::Healthy, false, None).is_leader());
+    /// ```
+    pub fn is_leader(&self) -> bool {
+        self.is_leader
+    }
+
+    /// Smoothed latency of successful requests and probes; `None` before the first one.
+    ///
+    /// ```
+    /// use etcd_ha::{Candidate, HealthState};
+    /// assert_eq!(Candidate::new(HealthState::Healthy, false, None).latency(), None);
+    /// ```
+    pub fn latency(&self) -> Option<Duration> {
+        self.latency
+    }
 }
 
 #[cfg(test)]
