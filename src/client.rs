@@ -9,7 +9,7 @@ use crate::auth::Auth;
 use crate::call::Transport;
 use crate::channel::BalancedChannel;
 use crate::cluster::Cluster;
-use crate::election::Election;
+use crate::election::ElectionService;
 use crate::endpoint;
 use crate::endpoint::EndpointInfo;
 use crate::endpoint::RaftView;
@@ -221,8 +221,8 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn election(&self) -> Election {
-        Election::new(self.transport.clone())
+    pub fn election(&self) -> ElectionService {
+        ElectionService::new(self.transport.clone())
     }
 
     /// The server-side Lock service (`v3lockpb`).

@@ -47,7 +47,7 @@
 //! auth.rs         Auth: enable / disable / status, authenticate, users, roles
 //! concurrency/    recipes: Election and Mutex (queued, predecessor-only waits), PD-style
 //!                 Leadership with a lost() signal, Fence for guarded writes
-//! election.rs     the server-side Election service
+//! election.rs     ElectionService: the server-side Election service
 //! lock.rs         the server-side Lock service
 //! testkit/        (feature "testkit") real etcd clusters and fault injection for tests
 //! ```
@@ -143,7 +143,16 @@ pub use call::stats::CallStats;
 pub use channel::BalancedChannel;
 pub use client::Client;
 pub use cluster::Cluster;
-pub use election::Election;
+pub use election::ElectionService;
+/// The old name of [`ElectionService`], which clashed with the recipe
+/// [`concurrency::Election`].
+///
+/// ```
+/// # #![allow(deprecated)]
+/// fn old(e: etcd_ha::Election) -> etcd_ha::ElectionService { e }
+/// ```
+#[deprecated(note = "renamed ElectionService; the recipe is etcd_ha::concurrency::Election")]
+pub type Election = ElectionService;
 pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
 pub use events::{EndpointEvent, EndpointEvents};
