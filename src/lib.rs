@@ -30,6 +30,7 @@
 //! drain.rs        Client::drain / undrain: a member made safe to stop (planned maintenance)
 //! token.rs        the auth token, renewed once for all concurrent callers
 //! stream.rs       ResponseStream: server streams with typed errors
+//! response.rs     helpers on answers: key_str / value_str, RangeResponse::first, kvs_str
 //! metrics.rs      counters through the `metrics` facade (feature "metrics")
 //! client.rs       Client: connect, endpoints(), the typed sub-clients below, and the lease
 //!                 keeper and watch hub they share
@@ -124,6 +125,7 @@ mod mutants;
 mod options;
 pub mod proto;
 mod redact;
+mod response;
 mod retry;
 pub mod rpc;
 mod session;
