@@ -15,7 +15,7 @@
 //! The routing core is a one-way stack; each layer knows nothing of those above it:
 //!
 //! endpoint/       one member: mod.rs (the endpoint, its raft view), url.rs (parsing,
-//!                 dialing, no TLS downgrade), health.rs (the state machine), prober.rs
+//!                 dialing, no TLS downgrade), unix.rs (the unix socket connector), health.rs (the state machine), prober.rs
 //!                 (active probes, reporting through a sink), sync.rs (which member URLs to
 //!                 keep), cluster_id.rs (the client's cluster; others' endpoints refused)
 //! balance/        the endpoint set and the leader view (leader.rs: one lock, published
@@ -32,6 +32,7 @@
 //! stream.rs       ResponseStream: server streams with typed errors
 //! response.rs     helpers on answers: key_str / value_str, RangeResponse::first, kvs_str
 //! metrics.rs      counters through the `metrics` facade (feature "metrics")
+//! discovery.rs    DNS SRV discovery of the endpoints (feature "dns-srv")
 //! client.rs       Client: connect, endpoints(), the typed sub-clients below, and the lease
 //!                 keeper and watch hub they share
 //! kv.rs, txn.rs   KV: get / put / delete with options, the Txn builder, compact
@@ -95,6 +96,36 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Discovery
+//!
+//! Endpoints are `http://host:port`, `https://host:port` (feature `tls`), `host:port`, or
+//! `unix://path` for a member's unix socket. With the `dns-srv` feature,
+//! `discovery::SrvDiscovery` finds them in DNS SRV records:
+//!
+//! ```no_run
+//! # #[cfg(feature = "dns-srv")]
+//! # async fn demo() -> etcd_ha::Result<()> {
+//! use etcd_ha::{Client, Options, discovery::SrvDiscovery};
+//!
+//! let endpoints = SrvDiscovery::new("example.com").lookup().await?;
+//! let client = Client::connect(endpoints, Options::new()).await?;
+//! let local = Client::connect(["unix:///run/etcd/client.sock"], Options::new()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Feature flags
+//!
+//! - `tls` (default): `https://` endpoints and [`TlsOptions`], with rustls (ring) and the
+//!   system's root certificates. Without it both are refused with [`Error::TlsNotCompiled`].
+//! - `dns-srv`: the `discovery` module (DNS SRV, through hickory-resolver).
+//! - `metrics`: counters for requests, retries, ejections and failovers through the
+//!   [`metrics`](https://docs.rs/metrics) facade.
+//! - `testkit`: the `testkit` module, real local etcd clusters with fault injection for tests
+//!   (turns on `tls`).
+//!
+//! The minimum supported Rust version is 1.88.
 #![warn(missing_docs)]
 // docs.rs (`--cfg docsrs`, nightly) marks the items a feature gates.
 #![cfg_attr(docsrs, feature(doc_cfg))]
