@@ -9,7 +9,7 @@ use crate::auth::Auth;
 use crate::call::Transport;
 use crate::channel::BalancedChannel;
 use crate::cluster::Cluster;
-use crate::election::Election;
+use crate::election::ElectionService;
 use crate::endpoint;
 use crate::endpoint::EndpointInfo;
 use crate::endpoint::RaftView;
@@ -78,6 +78,7 @@ impl Client {
         let mut urls: Vec<String> = Vec::new();
         for e in endpoints {
             let url = endpoint::normalize(e.as_ref(), options.tls.is_some())?;
+            check_unix_socket(&url)?;
             if !urls.contains(&url) {
                 urls.push(url);
             }
@@ -283,8 +284,8 @@ impl Client {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn election(&self) -> Election {
-        Election::new(self.transport.clone())
+    pub fn election(&self) -> ElectionService {
+        ElectionService::new(self.transport.clone())
     }
 
     /// The server-side Lock service (`v3lockpb`).
@@ -386,6 +387,29 @@ impl fmt::Debug for Client {
             .field("options", &self.transport.options)
             .field("namespace", &self.namespace)
             .finish()
+    }
+}
+
+/// A `unix://` endpoint given to [`Client::connect`] must name an existing socket: a missing
+/// file is a typo or an etcd that was never started, said at once rather than after the connect
+/// timeout. (A member's socket that goes away later is a down member like any other.)
+fn check_unix_socket(url: &str) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+
+    let Some(path) = endpoint::unix_path(url) else {
+        return Ok(());
+    };
+    let invalid = |reason| Error::InvalidEndpoint {
+        endpoint: endpoint::redact(url),
+        reason,
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => Ok(()),
+        Ok(_) => Err(invalid("not a unix socket")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(invalid("no unix socket at this path"))
+        }
+        Err(_) => Err(invalid("the unix socket's path cannot be read")),
     }
 }
 

@@ -14,7 +14,9 @@ use crate::proto::v3electionpb::{
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
-/// The Election service. Get one with [`Client::election`](crate::Client::election).
+/// The server-side Election service (`v3electionpb`). Get one with
+/// [`Client::election`](crate::Client::election). Not to be confused with the client-side
+/// recipe [`concurrency::Election`](crate::concurrency::Election).
 ///
 /// ```no_run
 /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
@@ -27,15 +29,15 @@ use crate::stream::ResponseStream;
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct Election {
+pub struct ElectionService {
     transport: Arc<Transport>,
     /// Per-call options (deadline, routing, require-leader) of the calls made through it.
     call: CallOptions,
 }
 
-impl Election {
+impl ElectionService {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        Election {
+        ElectionService {
             transport,
             call: CallOptions::default(),
         }
@@ -51,7 +53,7 @@ impl Election {
     /// lease that does not exist fails with [`Error::LeaseNotFound`](crate::Error::LeaseNotFound).
     ///
     /// ```no_run
-    /// # async fn demo(e: etcd_ha::Election, lease: i64) -> etcd_ha::Result<()> {
+    /// # async fn demo(e: etcd_ha::ElectionService, lease: i64) -> etcd_ha::Result<()> {
     /// let leader_key = e.campaign("primary", lease, "me").await?.leader;
     /// # Ok(())
     /// # }
@@ -82,7 +84,7 @@ impl Election {
     /// [`Error::Grpc`](crate::Error::Grpc) with code `Unknown`.
     ///
     /// ```no_run
-    /// # async fn demo(e: etcd_ha::Election, key: etcd_ha::proto::v3electionpb::LeaderKey) -> etcd_ha::Result<()> {
+    /// # async fn demo(e: etcd_ha::ElectionService, key: etcd_ha::proto::v3electionpb::LeaderKey) -> etcd_ha::Result<()> {
     /// e.proclaim(key, "new value").await?;
     /// # Ok(())
     /// # }
@@ -111,7 +113,7 @@ impl Election {
     /// `Unknown` (it is not [`Error::NoLeader`](crate::Error::NoLeader), which is about raft).
     ///
     /// ```no_run
-    /// # async fn demo(e: etcd_ha::Election) -> etcd_ha::Result<()> {
+    /// # async fn demo(e: etcd_ha::ElectionService) -> etcd_ha::Result<()> {
     /// let kv = e.leader("primary").await?.kv;
     /// # Ok(())
     /// # }
@@ -132,7 +134,7 @@ impl Election {
     /// the election has a leader (the server sends nothing before).
     ///
     /// ```no_run
-    /// # async fn demo(e: etcd_ha::Election) -> etcd_ha::Result<()> {
+    /// # async fn demo(e: etcd_ha::ElectionService) -> etcd_ha::Result<()> {
     /// let mut leaders = e.observe("primary").await?;
     /// while let Some(l) = leaders.message().await? { println!("{:?}", l.kv); }
     /// # Ok(())
@@ -157,7 +159,7 @@ impl Election {
     /// key is deleted, not its lease; resigning a key that no longer leads is a no-op.
     ///
     /// ```no_run
-    /// # async fn demo(e: etcd_ha::Election, key: etcd_ha::proto::v3electionpb::LeaderKey) -> etcd_ha::Result<()> {
+    /// # async fn demo(e: etcd_ha::ElectionService, key: etcd_ha::proto::v3electionpb::LeaderKey) -> etcd_ha::Result<()> {
     /// e.resign(key).await?;
     /// # Ok(())
     /// # }

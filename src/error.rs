@@ -74,6 +74,32 @@ pub enum Error {
     #[error("invalid TLS configuration: {0}")]
     TlsConfig(#[source] tonic::transport::Error),
 
+    /// An `https://` endpoint or [`TlsOptions`](crate::TlsOptions) were given to a client built
+    /// without the `tls` feature (on by default).
+    #[error(
+        "TLS support is not compiled in: build etcd-ha with its \"tls\" feature to use https:// endpoints or TlsOptions"
+    )]
+    TlsNotCompiled,
+
+    /// DNS SRV discovery found no endpoint: the name has no SRV record (`NXDOMAIN` or an empty
+    /// answer), or every record points at port 0 or the root name.
+    #[error("no SRV records for {name}")]
+    SrvNotFound {
+        /// The SRV name queried, e.g. `_etcd-client._tcp.example.com`.
+        name: String,
+    },
+
+    /// DNS SRV discovery failed: the resolver could not be set up or the query failed (no
+    /// name server answered, a malformed answer).
+    #[error("DNS SRV lookup of {name} failed: {source}")]
+    Dns {
+        /// The SRV name queried (or the domain, when the resolver could not be set up).
+        name: String,
+        /// The resolver's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     /// No endpoint could be reached before the connect timeout.
     #[error("could not connect to any of {endpoints:?} within {timeout:?}: {source}")]
     Connect {
@@ -322,6 +348,9 @@ impl Error {
                 | Error::InvalidOptions { .. }
                 | Error::TlsFile { .. }
                 | Error::TlsConfig(_)
+                | Error::TlsNotCompiled
+                | Error::SrvNotFound { .. }
+                | Error::Dns { .. }
                 | Error::Connect { .. }
                 | Error::Compacted { .. }
                 | Error::FutureRevision

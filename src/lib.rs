@@ -15,7 +15,7 @@
 //! The routing core is a one-way stack; each layer knows nothing of those above it:
 //!
 //! endpoint/       one member: mod.rs (the endpoint, its raft view), url.rs (parsing,
-//!                 dialing, no TLS downgrade), health.rs (the state machine), prober.rs
+//!                 dialing, no TLS downgrade), unix.rs (the unix socket connector), health.rs (the state machine), prober.rs
 //!                 (active probes, reporting through a sink), sync.rs (which member URLs to
 //!                 keep), cluster_id.rs (the client's cluster; others' endpoints refused)
 //! balance/        the endpoint set and the leader view (leader.rs: one lock, published
@@ -30,7 +30,9 @@
 //! drain.rs        Client::drain / undrain: a member made safe to stop (planned maintenance)
 //! token.rs        the auth token, renewed once for all concurrent callers
 //! stream.rs       ResponseStream: server streams with typed errors
+//! response.rs     helpers on answers: key_str / value_str, RangeResponse::first, kvs_str
 //! metrics.rs      counters through the `metrics` facade (feature "metrics")
+//! discovery.rs    DNS SRV discovery of the endpoints (feature "dns-srv")
 //! client.rs       Client: connect, endpoints(), the typed sub-clients below, and the lease
 //!                 keeper and watch hub they share
 //! kv/, txn.rs    KV: get / put / delete with options, the Txn builder, compact;
@@ -50,7 +52,7 @@
 //! concurrency/    recipes: Election and Mutex (queued, predecessor-only waits), PD-style
 //!                 Leadership with a lost() signal, Fence for guarded writes; stm/
 //!                 (software transactional memory: state.rs the pure bookkeeping)
-//! election.rs     the server-side Election service
+//! election.rs     ElectionService: the server-side Election service
 //! lock.rs         the server-side Lock service
 //! testkit/        (feature "testkit") real etcd clusters and fault injection for tests
 //! ```
@@ -133,7 +135,39 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Discovery
+//!
+//! Endpoints are `http://host:port`, `https://host:port` (feature `tls`), `host:port`, or
+//! `unix://path` for a member's unix socket. With the `dns-srv` feature,
+//! `discovery::SrvDiscovery` finds them in DNS SRV records:
+//!
+//! ```no_run
+//! # #[cfg(feature = "dns-srv")]
+//! # async fn demo() -> etcd_ha::Result<()> {
+//! use etcd_ha::{Client, Options, discovery::SrvDiscovery};
+//!
+//! let endpoints = SrvDiscovery::new("example.com").lookup().await?;
+//! let client = Client::connect(endpoints, Options::new()).await?;
+//! let local = Client::connect(["unix:///run/etcd/client.sock"], Options::new()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Feature flags
+//!
+//! - `tls` (default): `https://` endpoints and [`TlsOptions`], with rustls (ring) and the
+//!   system's root certificates. Without it both are refused with [`Error::TlsNotCompiled`].
+//! - `dns-srv`: the `discovery` module (DNS SRV, through hickory-resolver).
+//! - `metrics`: counters for requests, retries, ejections and failovers through the
+//!   [`metrics`](https://docs.rs/metrics) facade.
+//! - `testkit`: the `testkit` module, real local etcd clusters with fault injection for tests
+//!   (turns on `tls`).
+//!
+//! The minimum supported Rust version is 1.88.
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly) marks the items a feature gates.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod auth;
 mod balance;
@@ -142,6 +176,9 @@ mod channel;
 mod client;
 mod cluster;
 pub mod concurrency;
+#[cfg(feature = "dns-srv")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dns-srv")))]
+pub mod discovery;
 mod drain;
 mod election;
 mod endpoint;
@@ -159,6 +196,7 @@ mod namespace;
 mod options;
 pub mod proto;
 mod redact;
+mod response;
 mod retry;
 pub mod rpc;
 mod session;
@@ -168,6 +206,7 @@ mod txn;
 mod watch;
 
 #[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit;
 
 pub use auth::{Auth, PermissionType};
@@ -177,7 +216,16 @@ pub use call::stats::CallStats;
 pub use channel::BalancedChannel;
 pub use client::Client;
 pub use cluster::Cluster;
-pub use election::Election;
+pub use election::ElectionService;
+/// The old name of [`ElectionService`], which clashed with the recipe
+/// [`concurrency::Election`].
+///
+/// ```
+/// # #![allow(deprecated)]
+/// fn old(e: etcd_ha::Election) -> etcd_ha::ElectionService { e }
+/// ```
+#[deprecated(note = "renamed ElectionService; the recipe is etcd_ha::concurrency::Election")]
+pub type Election = ElectionService;
 pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
 pub use events::{EndpointEvent, EndpointEvents};

@@ -19,6 +19,7 @@
 /// assert_eq!(Rpc::Range { serializable: true }.route(), Route::Any);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Route {
     /// Needs the raft leader's agreement (writes, linearizable reads, lease, election, lock):
     /// the leader if it is healthy, else the healthiest, fastest member (which forwards).
@@ -36,6 +37,7 @@ pub enum Route {
 /// assert_eq!(Rpc::Txn { read_only: false }.idempotency(), Idempotency::AtMostOnce);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Idempotency {
     /// Repeating it changes nothing: retried on any transient failure, and hedged when it is
     /// slow.

@@ -14,6 +14,7 @@ use crate::proto::etcdserverpb::{
 /// let c = Compare::mod_revision("k", CompareOp::Less, 100);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CompareOp {
     /// `==`
     Equal,

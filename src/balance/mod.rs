@@ -407,6 +407,8 @@ impl Balancer {
             self.config.dial.tls.is_some(),
             current.iter().map(|e| &*e.url),
         );
+        // Nor a unix socket unless it was given one (see endpoint::member_url).
+        let local = crate::endpoint::is_local(current.iter().map(|e| &*e.url));
         let mut next = Vec::with_capacity(urls.len());
         let mut added = Vec::new();
         for url in &urls {
@@ -418,7 +420,7 @@ impl Balancer {
                 next.push(ep.clone());
                 continue;
             }
-            if crate::endpoint::member_url(url, secure).is_none() {
+            if crate::endpoint::member_url(url, secure, local).is_none() {
                 tracing::warn!(
                     %url,
                     "member URL refused (a TLS client never dials http://); skipped",

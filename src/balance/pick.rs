@@ -45,8 +45,8 @@ pub trait PickPolicy: Debug + Send + Sync + 'static {
 /// ```
 /// use etcd_ha::{Candidate, HealthState, LeaderFirst, PickPolicy, Route};
 /// let members = [
-///     Candidate { state: HealthState::Healthy, is_leader: false, latency: None },
-///     Candidate { state: HealthState::Healthy, is_leader: true, latency: None },
+///     Candidate::new(HealthState::Healthy, false, None),
+///     Candidate::new(HealthState::Healthy, true, None),
 /// ];
 /// assert_eq!(LeaderFirst.pick(Route::Leader, &members, &[false, false]), 1);
 /// ```

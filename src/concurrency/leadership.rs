@@ -152,6 +152,7 @@ impl CurrentLeader {
 /// ```
 #[derive(Debug)]
 #[must_use]
+#[non_exhaustive]
 pub enum Campaign {
     /// We created the leader key: we lead.
     Won(LeadershipHeld),

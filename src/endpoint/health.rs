@@ -34,6 +34,7 @@ use tokio::time::Instant;
 /// # }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum HealthState {
     /// Reachable and part of a cluster with a leader: takes any request.
     Healthy,

@@ -10,6 +10,7 @@ mod latency;
 mod pace;
 pub(crate) mod prober;
 pub(crate) mod sync;
+mod unix;
 mod url;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -29,7 +30,7 @@ pub(crate) use health::{Failure, Health, HealthConfig};
 #[cfg(test)]
 pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
-pub(crate) use url::{Dial, is_secure, member_url, normalize, redact};
+pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 
 /// What the member's last Status answer said about raft.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -393,20 +394,71 @@ pub struct EndpointInfo {
     pub suspected: bool,
 }
 
-/// What a policy sees of one endpoint.
+/// What a policy sees of one endpoint. Built with [`Candidate::new`] and read through its
+/// accessors, so that it can learn more about an endpoint without breaking policies.
 ///
 /// ```
 /// use etcd_ha::{Candidate, HealthState};
-/// let c = Candidate { state: HealthState::Healthy, is_leader: true, latency: None };
+/// let c = Candidate::new(HealthState::Healthy, true, None);
+/// assert!(c.is_leader());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Candidate {
     /// Health as the prober and past requests left it.
-    pub state: HealthState,
+    pub(crate) state: HealthState,
     /// Whether this endpoint's member is the raft leader, as last learned.
-    pub is_leader: bool,
+    pub(crate) is_leader: bool,
     /// Smoothed latency of successful requests and probes; `None` before the first one.
-    pub latency: Option<Duration>,
+    pub(crate) latency: Option<Duration>,
+}
+
+impl Candidate {
+    /// A candidate in this health state, leader or not, with this smoothed latency (`None`:
+    /// nothing measured yet). For tests of a [`PickPolicy`](crate::PickPolicy).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use etcd_ha::{Candidate, HealthState};
+    /// let c = Candidate::new(HealthState::Probation, false, Some(Duration::from_millis(3)));
+    /// assert_eq!(c.state(), HealthState::Probation);
+    /// ```
+    pub fn new(state: HealthState, is_leader: bool, latency: Option<Duration>) -> Self {
+        Candidate {
+            state,
+            is_leader,
+            latency,
+        }
+    }
+
+    /// Health as the prober and past requests left it.
+    ///
+    /// ```
+    /// use etcd_ha::{Candidate, HealthState};
+    /// assert_eq!(Candidate::new(HealthState::Ejected, false, None).state(), HealthState::Ejected);
+    /// ```
+    pub fn state(&self) -> HealthState {
+        self.state
+    }
+
+    /// Whether this endpoint's member is the raft leader, as last learned.
+    ///
+    /// ```
+    /// use etcd_ha::{Candidate, HealthState};
+    /// assert!(!Candidate::new(HealthState::Healthy, false, None).is_leader());
+    /// ```
+    pub fn is_leader(&self) -> bool {
+        self.is_leader
+    }
+
+    /// Smoothed latency of successful requests and probes; `None` before the first one.
+    ///
+    /// ```
+    /// use etcd_ha::{Candidate, HealthState};
+    /// assert_eq!(Candidate::new(HealthState::Healthy, false, None).latency(), None);
+    /// ```
+    pub fn latency(&self) -> Option<Duration> {
+        self.latency
+    }
 }
 
 #[cfg(test)]

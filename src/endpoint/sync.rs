@@ -23,6 +23,9 @@ pub(crate) fn member_urls(
 ) -> Vec<String> {
     // A TLS client (TLS options, or any https:// endpoint) never dials a member's http:// URL.
     let secure = super::is_secure(tls, current.iter().map(|e| &*e.url));
+    // A unix socket a member advertises is a file on its own host: dialled only by a client
+    // that was given a unix:// endpoint itself (it runs next to the cluster).
+    let local = super::is_local(current.iter().map(|e| &*e.url));
     let mut urls = Vec::new();
     for m in members {
         if m.name.is_empty() || m.is_learner {
@@ -34,7 +37,7 @@ pub(crate) fn member_urls(
         let usable: Vec<String> = m
             .client_ur_ls
             .iter()
-            .filter_map(|u| super::member_url(u, secure))
+            .filter_map(|u| super::member_url(u, secure, local))
             .collect();
         if usable.is_empty() && !m.client_ur_ls.is_empty() {
             tracing::warn!(

@@ -4,19 +4,39 @@ use std::fmt;
 use std::time::Duration;
 
 use http::Uri;
-use tonic::transport::{Channel, ClientTlsConfig};
+use tonic::transport::Channel;
+#[cfg(feature = "tls")]
+use tonic::transport::ClientTlsConfig;
 
 use crate::error::{Error, Result};
 
 /// etcd's client port; used when an endpoint names only a host.
 const DEFAULT_PORT: u16 = 2379;
 
+/// The TLS settings a channel is built with: tonic's rustls configuration, or nothing at all
+/// when the crate is built without its `tls` feature (then no value of it can exist).
+#[cfg(feature = "tls")]
+pub(crate) type TlsConfig = ClientTlsConfig;
+/// The TLS settings a channel is built with: none, the `tls` feature is off.
+#[cfg(not(feature = "tls"))]
+pub(crate) type TlsConfig = std::convert::Infallible;
+
+/// The scheme of etcd's unix socket URLs (`--listen-client-urls unix://...`).
+const UNIX: &str = "unix://";
+
 /// Parse and normalise one endpoint given by the user.
 ///
 /// Accepts `http://host:port`, `https://host:port` and `host:port` (scheme from whether TLS is
 /// configured). The port defaults to 2379. Paths, queries and other schemes are refused: etcd
-/// serves gRPC at the root.
+/// serves gRPC at the root. `unix://path` names a unix socket the way etcd does (see
+/// [`unix_path`]); `https://` needs the `tls` feature.
 pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
+    normalize_with(endpoint, tls, cfg!(feature = "tls"))
+}
+
+/// [`normalize`], with whether TLS support is compiled in as a parameter, so that both builds'
+/// rules are unit-tested in either.
+fn normalize_with(endpoint: &str, tls: bool, tls_compiled: bool) -> Result<String> {
     let invalid = |reason| Error::InvalidEndpoint {
         endpoint: redact(endpoint),
         reason,
@@ -24,6 +44,27 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
     let trimmed = endpoint.trim();
     if trimmed.is_empty() {
         return Err(invalid("empty endpoint"));
+    }
+    if let Some(path) = trimmed.strip_prefix(UNIX) {
+        if path.is_empty() {
+            return Err(invalid("unix:// endpoint without a socket path"));
+        }
+        if tls {
+            // Like an http:// endpoint next to TLS options: never plain text when the user
+            // asked for TLS.
+            return Err(invalid(
+                "unix:// endpoints are plain text while TLS options are set",
+            ));
+        }
+        if path.contains(['?', '#']) {
+            return Err(invalid("etcd endpoints take no query"));
+        }
+        return Ok(trimmed.to_owned());
+    }
+    if trimmed.starts_with("unixs://") {
+        return Err(invalid(
+            "unixs:// (TLS over a unix socket) is not supported; use unix:// or https://",
+        ));
     }
     // `user:password@` would be dropped silently (etcd takes credentials from Authenticate,
     // not from the URL): refuse it, so that the user learns to pass them with `with_user`.
@@ -48,8 +89,9 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
                 "http:// endpoint while TLS options are set; use https://",
             ));
         }
+        Some("https") if !tls_compiled => return Err(Error::TlsNotCompiled),
         Some(s @ ("http" | "https")) => s,
-        _ => return Err(invalid("scheme must be http or https")),
+        _ => return Err(invalid("scheme must be http, https or unix")),
     };
     let host = uri
         .host()
@@ -73,6 +115,14 @@ pub(crate) fn normalize(endpoint: &str, tls: bool) -> Result<String> {
         return Err(invalid("port 0 is not a valid endpoint port"));
     }
     Ok(format!("{scheme}://{host}:{port}"))
+}
+
+/// The socket path of a normalised `unix://` URL, as etcd reads it: everything after the scheme
+/// (etcd listens on the URL's host and path joined). `unix:///run/etcd.sock` is the absolute
+/// path `/run/etcd.sock`; `unix://localhost:2379`, the form etcd's own tests use, is the file
+/// `localhost:2379` in the current directory.
+pub(crate) fn unix_path(url: &str) -> Option<&str> {
+    url.strip_prefix(UNIX)
 }
 
 /// An endpoint as it may be shown in an error or a log: without user info (`user:password@`)
@@ -101,10 +151,21 @@ pub(crate) fn redact(endpoint: &str) -> String {
 /// `secure` says the client talks TLS (TLS options set, or an `https://` endpoint given): then a
 /// member URL that is not `https://` is refused, never dialled in plain text (the auth token and
 /// password would cross the network in the clear). Never a downgrade.
-pub(crate) fn member_url(url: &str, secure: bool) -> Option<String> {
+///
+/// A `unix://` URL names a file on the member's own host: it is dialled only by a client that
+/// was itself given a `unix://` endpoint (`local`: it runs next to the cluster), and never by
+/// a TLS client.
+pub(crate) fn member_url(url: &str, secure: bool, local: bool) -> Option<String> {
     normalize(url, secure)
         .ok()
         .filter(|u| !secure || u.starts_with("https://"))
+        .filter(|u| local || unix_path(u).is_none())
+}
+
+/// Whether a client with these endpoints runs next to the cluster (was given a `unix://`
+/// endpoint): only then does member sync dial the unix sockets members advertise.
+pub(crate) fn is_local<'a>(endpoints: impl IntoIterator<Item = &'a str>) -> bool {
+    endpoints.into_iter().any(|u| unix_path(u).is_some())
 }
 
 /// Whether a client with these endpoints (and TLS options or not) talks TLS: then it never
@@ -123,7 +184,7 @@ pub(crate) struct Dial {
     /// How long a ping may go unanswered before the connection is closed.
     pub(crate) keepalive_timeout: Duration,
     /// TLS for `https://` members (read from the user's files once, at connect).
-    pub(crate) tls: Option<ClientTlsConfig>,
+    pub(crate) tls: Option<TlsConfig>,
     /// The user's tower layers around every typed call's attempt.
     pub(crate) layer: Option<super::AttemptLayer>,
 }
@@ -148,10 +209,27 @@ impl Dial {
             endpoint: redact(url),
             reason: "rejected by the transport",
         };
-        let mut ep = tonic::transport::Endpoint::from_shared(url.to_owned())
-            .map_err(invalid)?
+        if let Some(path) = unix_path(url) {
+            // HTTP/2 still needs a URI (its :authority); etcd ignores it. The connector below
+            // dials the socket whatever the URI says.
+            let ep = self.settings(tonic::transport::Endpoint::from_static("http://localhost"));
+            return Ok(ep.connect_with_connector_lazy(super::unix::Connector::new(path)));
+        }
+        let mut ep = self.settings(
+            tonic::transport::Endpoint::from_shared(url.to_owned())
+                .map_err(invalid)?
+                .tcp_nodelay(true),
+        );
+        if url.starts_with("https://") {
+            ep = self.with_tls(ep)?;
+        }
+        Ok(ep.connect_lazy())
+    }
+
+    /// The settings every channel shares, whatever it runs over.
+    fn settings(&self, ep: tonic::transport::Endpoint) -> tonic::transport::Endpoint {
+        let mut ep = ep
             .connect_timeout(self.connect_timeout)
-            .tcp_nodelay(true)
             // Pings only while calls are open: etcd answers idle-connection pings faster than
             // every 2 h with GOAWAY too_many_pings (see DEFAULT_KEEPALIVE_INTERVAL).
             .keep_alive_while_idle(false);
@@ -160,15 +238,25 @@ impl Dial {
                 .http2_keep_alive_interval(interval)
                 .keep_alive_timeout(self.keepalive_timeout);
         }
-        if url.starts_with("https://") {
-            let config = match &self.tls {
-                Some(config) => config.clone(),
-                // An https:// endpoint without TLS options: verify against the system roots.
-                None => ClientTlsConfig::new().with_native_roots(),
-            };
-            ep = ep.tls_config(config).map_err(Error::TlsConfig)?;
-        }
-        Ok(ep.connect_lazy())
+        ep
+    }
+
+    /// An `https://` member's endpoint with the client's TLS settings.
+    #[cfg(feature = "tls")]
+    fn with_tls(&self, ep: tonic::transport::Endpoint) -> Result<tonic::transport::Endpoint> {
+        let config = match &self.tls {
+            Some(config) => config.clone(),
+            // An https:// endpoint without TLS options: verify against the system roots.
+            None => ClientTlsConfig::new().with_native_roots(),
+        };
+        ep.tls_config(config).map_err(Error::TlsConfig)
+    }
+
+    /// Without the `tls` feature no `https://` URL gets this far (normalize refuses it); the
+    /// error is here for the day one does.
+    #[cfg(not(feature = "tls"))]
+    fn with_tls(&self, _ep: tonic::transport::Endpoint) -> Result<tonic::transport::Endpoint> {
+        Err(Error::TlsNotCompiled)
     }
 }
 
@@ -245,29 +333,88 @@ mod tests {
         // sync add members' http:// URLs.
         let secure = is_secure(false, ["https://10.0.0.1:2379"]);
         assert!(secure);
-        assert_eq!(member_url("http://10.0.0.2:2379", secure), None);
+        assert_eq!(member_url("http://10.0.0.2:2379", secure, false), None);
         assert_eq!(
-            member_url("10.0.0.2:2379", secure).as_deref(),
+            member_url("10.0.0.2:2379", secure, false).as_deref(),
             Some("https://10.0.0.2:2379")
         );
         assert_eq!(
-            member_url("https://10.0.0.2:2379", secure).as_deref(),
+            member_url("https://10.0.0.2:2379", secure, false).as_deref(),
             Some("https://10.0.0.2:2379")
         );
-        assert_eq!(member_url("unix:///tmp/etcd.sock", secure), None);
+        assert_eq!(member_url("unix:///tmp/etcd.sock", secure, true), None);
         // With TLS options too.
         assert!(is_secure(true, ["10.0.0.1:2379"]));
-        assert_eq!(member_url("http://10.0.0.2:2379", true), None);
+        assert_eq!(member_url("http://10.0.0.2:2379", true, false), None);
         // A plain-text client keeps what the member advertises.
         let plain = is_secure(false, ["http://10.0.0.1:2379"]);
         assert!(!plain);
         assert_eq!(
-            member_url("http://10.0.0.2:2379", plain).as_deref(),
+            member_url("http://10.0.0.2:2379", plain, false).as_deref(),
             Some("http://10.0.0.2:2379")
         );
         assert_eq!(
-            member_url("https://10.0.0.2:2379", plain).as_deref(),
+            member_url("https://10.0.0.2:2379", plain, false).as_deref(),
             Some("https://10.0.0.2:2379")
+        );
+    }
+
+    #[test]
+    fn unix_endpoints_name_a_socket_as_etcd_does() {
+        for (given, path) in [
+            ("unix:///run/etcd/client.sock", "/run/etcd/client.sock"),
+            ("unix://localhost:2379", "localhost:2379"),
+            (" unix://rel/dir.sock ", "rel/dir.sock"),
+        ] {
+            let url = normalize(given, false).unwrap();
+            assert_eq!(unix_path(&url), Some(path), "{given}");
+        }
+        for bad in ["unix://", "unixs:///run/etcd.sock", "unix:///x.sock?t=1"] {
+            assert!(
+                matches!(normalize(bad, false), Err(Error::InvalidEndpoint { .. })),
+                "{bad:?} should be rejected"
+            );
+        }
+        // Plain text is never chosen next to TLS options.
+        assert!(normalize("unix:///x.sock", true).is_err());
+        assert_eq!(unix_path("http://127.0.0.1:2379"), None);
+    }
+
+    #[test]
+    fn member_unix_sockets_only_for_a_client_next_to_the_cluster() {
+        let local = is_local(["unix:///run/m0.sock", "http://127.0.0.1:2379"]);
+        assert!(local);
+        assert!(!is_local(["http://127.0.0.1:2379"]));
+        assert_eq!(
+            member_url("unix:///run/m1.sock", false, local).as_deref(),
+            Some("unix:///run/m1.sock")
+        );
+        // A TCP client cannot know the path is on its host.
+        assert_eq!(member_url("unix:///run/m1.sock", false, false), None);
+        assert_eq!(
+            member_url("http://127.0.0.1:2380", false, local).as_deref(),
+            Some("http://127.0.0.1:2380")
+        );
+    }
+
+    #[test]
+    fn https_without_tls_compiled_in_is_a_typed_error() {
+        assert!(matches!(
+            normalize_with("https://10.0.0.1:2379", false, false),
+            Err(Error::TlsNotCompiled)
+        ));
+        // host:port with TLS options set means https.
+        assert!(matches!(
+            normalize_with("10.0.0.1:2379", true, false),
+            Err(Error::TlsNotCompiled)
+        ));
+        assert_eq!(
+            normalize_with("http://10.0.0.1:2379", false, false).unwrap(),
+            "http://10.0.0.1:2379"
+        );
+        assert_eq!(
+            normalize_with("https://10.0.0.1:2379", false, true).unwrap(),
+            "https://10.0.0.1:2379"
         );
     }
 }

@@ -418,6 +418,9 @@ impl Options {
             return invalid("user", "user name must not be empty");
         }
         bounds::check(self)?;
+        if self.tls.is_some() && !cfg!(feature = "tls") {
+            return Err(Error::TlsNotCompiled);
+        }
         if let Some(tls) = &self.tls
             && tls.client_cert.is_some() != tls.client_key.is_some()
         {

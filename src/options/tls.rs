@@ -2,12 +2,18 @@
 
 use std::path::PathBuf;
 
+#[cfg(feature = "tls")]
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use crate::error::{Error, Result};
 
 /// TLS settings (rustls). Server certificates are always verified: against `ca_file` when given,
 /// else against the system's roots.
+///
+/// They need the `tls` feature (on by default): without it, [`Client::connect`] with TLS
+/// options fails with [`Error::TlsNotCompiled`].
+///
+/// [`Client::connect`]: crate::Client::connect
 ///
 /// ```
 /// let tls = etcd_ha::TlsOptions::new()
@@ -68,7 +74,14 @@ impl TlsOptions {
         self
     }
 
+    /// Without the `tls` feature there is nothing to read the files into.
+    #[cfg(not(feature = "tls"))]
+    pub(crate) fn client_config(&self) -> Result<std::convert::Infallible> {
+        Err(Error::TlsNotCompiled)
+    }
+
     /// Read the TLS files once, at connect, into tonic's rustls configuration.
+    #[cfg(feature = "tls")]
     pub(crate) fn client_config(&self) -> Result<ClientTlsConfig> {
         let read = |path: &std::path::Path| {
             let bytes = std::fs::read(path).map_err(|source| Error::TlsFile {

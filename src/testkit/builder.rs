@@ -12,6 +12,10 @@ use super::cluster::{is_port_taken, member_dir};
 use super::member::Member;
 use super::netns::{self, Network};
 use super::tls::DEFAULT_CLIENT_CN;
+
+/// A member's unix socket (`ClusterBuilder::unix_sockets`), as etcd 3.5 wants it named: host
+/// and port, the file of that name in the member's directory.
+const UNIX_SOCKET_NAME: &str = "localhost:2379";
 use super::{Cluster, TestkitError, TlsFiles, auth, binary, ports, wait};
 
 /// How many times a cluster start is tried with fresh ports when a member could not bind one
@@ -63,6 +67,8 @@ pub struct ClusterBuilder {
     ready_timeout: Duration,
     /// Run each member in its own network namespace, so it can be partitioned.
     isolated_network: bool,
+    /// Also serve clients on a unix socket in each member's directory (not advertised).
+    unix_sockets: bool,
 }
 
 impl Default for ClusterBuilder {
@@ -78,6 +84,7 @@ impl Default for ClusterBuilder {
             extra_args: Vec::new(),
             ready_timeout: DEFAULT_READY_TIMEOUT,
             isolated_network: false,
+            unix_sockets: false,
         }
     }
 }
@@ -266,6 +273,25 @@ impl ClusterBuilder {
         self
     }
 
+    /// Also serve clients on a unix socket in each member's directory, next to the TCP client
+    /// URL (see [`Cluster::unix_endpoint`](super::Cluster::unix_endpoint)); etcd then runs in
+    /// that directory. Members keep advertising only their TCP URL: etcd names a unix socket
+    /// `unix://host:port` relative to its own working directory, which means nothing to a
+    /// client elsewhere. Default false.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().unix_sockets(true).start().await.unwrap();
+    /// assert!(cluster.unix_endpoint(0).unwrap().starts_with("unix:///"));
+    /// # }
+    /// ```
+    pub fn unix_sockets(mut self, on: bool) -> Self {
+        self.unix_sockets = on;
+        self
+    }
+
     /// Finds (or provisions) etcd, starts the members and waits until they agree on a leader,
     /// then enables auth if asked.
     ///
@@ -401,7 +427,17 @@ impl ClusterBuilder {
             };
             flag("name", name.into());
             flag("data-dir", data_dir.into());
-            flag("listen-client-urls", client_url.clone().into());
+            // etcd 3.5 wants every listen URL as scheme://host:port and listens on a unix URL's
+            // host and path joined: this socket is the file "localhost:2379" in etcd's working
+            // directory, the member's directory (Member::spawn). Clients get its absolute path.
+            let unix_url = self
+                .unix_sockets
+                .then(|| format!("unix://{}", member_dir.join(UNIX_SOCKET_NAME).display()));
+            let listen = match &unix_url {
+                Some(_) => format!("{client_url},unix://{UNIX_SOCKET_NAME}"),
+                None => client_url.clone(),
+            };
+            flag("listen-client-urls", listen.into());
             flag("advertise-client-urls", client_url.clone().into());
             flag("listen-peer-urls", peer_urls[i].clone().into());
             flag("initial-advertise-peer-urls", peer_urls[i].clone().into());
@@ -432,15 +468,22 @@ impl ClusterBuilder {
             args.push("--pre-vote=true".into());
             // The caller's own flags last: they win over ours.
             args.extend(self.extra_args.iter().cloned());
-            members.push(Member::new(
+            let mut binary = PathBuf::from(binary);
+            if unix_url.is_some() {
+                // etcd runs in the member's directory: a relative ETCD_BIN must still resolve.
+                binary = std::fs::canonicalize(&binary).unwrap_or(binary);
+            }
+            let mut member = Member::new(
                 name.clone(),
                 &member_dir,
-                PathBuf::from(binary),
+                binary,
                 client_url,
                 client_addrs[i],
                 network.map(|n| n.member_ns_path(i)),
                 args,
-            ));
+            );
+            member.unix_url = unix_url;
+            members.push(member);
         }
         Ok(members)
     }

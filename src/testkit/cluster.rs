@@ -127,6 +127,24 @@ impl Cluster {
         self.members[i].client_url.clone()
     }
 
+    /// The unix socket URL member `i` also serves clients on, e.g.
+    /// "unix:///tmp/.tmpX/m0/client.sock", when the cluster was built with
+    /// [`unix_sockets`](super::ClusterBuilder::unix_sockets); else `None`. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().unix_sockets(true).start().await.unwrap();
+    /// let client = etcd_ha::Client::connect([cluster.unix_endpoint(0).unwrap()], Default::default())
+    ///     .await
+    ///     .unwrap();
+    /// # }
+    /// ```
+    pub fn unix_endpoint(&self, i: usize) -> Option<String> {
+        self.members[i].unix_url.clone()
+    }
+
     /// The client address of member `i`, e.g. 127.0.0.1:40123, for a [`FaultProxy`] in
     /// front of it. Panics if `i >= len()`.
     ///

@@ -27,6 +27,9 @@ pub(crate) struct Member {
     pub(crate) client_url: String,
     /// The client address (from `client_url`), to tell when the process has bound its sockets.
     pub(crate) client_addr: SocketAddr,
+    /// The unix socket URL it also serves clients on (`ClusterBuilder::unix_sockets`), with
+    /// the socket's absolute path; etcd runs in the member's directory then.
+    pub(crate) unix_url: Option<String>,
     /// The network namespace to run in (`/var/run/netns/<name>`), for isolated clusters.
     netns: Option<PathBuf>,
     /// Set between `Cluster::partition` and `Cluster::heal`: the member is cut off from its
@@ -63,6 +66,7 @@ impl Member {
             log: dir.join("etcd.log"),
             client_url,
             client_addr,
+            unix_url: None,
             netns,
             partitioned: AtomicBool::new(false),
             binary,
@@ -101,6 +105,13 @@ impl Member {
             if is_etcd && key != "ETCD_UNSUPPORTED_ARCH" {
                 command.env_remove(key);
             }
+        }
+        // etcd 3.5 takes a unix listen URL only as `unix://host:port`, the socket being the file
+        // "host:port" in its working directory: run it in the member's directory.
+        if self.unix_url.is_some()
+            && let Some(dir) = self.data_dir.parent()
+        {
+            command.current_dir(dir);
         }
         if let Some(netns) = &self.netns {
             super::netns::enter_in_child(&mut command, netns)

@@ -33,6 +33,7 @@ pub(crate) const DEFAULT_CLIENT_CN: &str = "etcd-ha-testkit-client";
 /// # }
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TlsFiles {
     /// The CA certificate that signed the server and client certificates.
     pub ca: PathBuf,
