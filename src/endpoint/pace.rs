@@ -82,6 +82,11 @@ impl Pace {
         Some(tail.mul_f64(TAIL_FACTOR).max(HEDGE_FLOOR).min(cap))
     }
 
+    /// The member's recent tail latency (its p99), once it has answered enough calls.
+    pub(crate) fn tail(&mut self, now: Instant) -> Option<Duration> {
+        self.window.quantile(TAIL_QUANTILE, now)
+    }
+
     /// Whether an answer owed for `age` at `now` is overdue by this member's own pace: past
     /// [`BLAME_FACTOR`] times its tail, or at all while its pace is unknown. (The caller's
     /// fixed timer, the attempt timeout, has run out too: this only spares a member that is

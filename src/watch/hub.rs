@@ -18,7 +18,8 @@
 //! ```
 //!
 //! The watch's bookkeeping is [`Cursor`] (`resume.rs`); the stream's liveness and progress
-//! rules are in `progress.rs`.
+//! rules are in `progress.rs`, and the rule that moves it off a member that stalls, by that
+//! member's own pace, in `lag.rs`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -282,6 +283,9 @@ pub(super) struct HubTask {
     /// Wakes the task when an endpoint's health changes, so that the stream leaves an ejected
     /// or leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
+    /// Wakes the task when the client sees a newer revision: the stream should show it soon
+    /// (the lag rule, `lag.rs`).
+    revisions: tokio::sync::watch::Receiver<()>,
 }
 
 impl HubTask {
@@ -305,6 +309,7 @@ impl HubTask {
             supervisor: Supervisor::new(transport),
             max_bytes: transport.options.max_response_bytes,
             health: transport.health_changes(),
+            revisions: transport.revision_news(),
         }
     }
 
@@ -337,6 +342,8 @@ impl HubTask {
                 event = link.event() => link = self.on_event(link, event),
                 // Some endpoint's health changed: look at the stream's member now.
                 Ok(()) = self.health.changed() => link.check_health_now(),
+                // The client saw a newer revision: the next advance checks the stream's lag.
+                Ok(()) = self.revisions.changed() => {}
                 // A probe, the silence limit, a health check, a retry or the idle close is due.
                 () = sleep => {}
             }
