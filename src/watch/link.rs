@@ -187,13 +187,15 @@ impl HubTask {
                     Due::Nothing => {}
                 }
                 let seen = self.transport.upgrade().map_or(0, |t| t.seen_revision());
-                match up.lag.poll(seen, up.endpoint.pace_hint(), now) {
+                let hint = up.endpoint.pace_hint();
+                match up.lag.poll(seen, hint, now) {
                     Verdict::Ask => self.probe(&mut up, now),
                     Verdict::Stalled => {
                         tracing::warn!(
                             endpoint = %up.endpoint.url,
                             shown = up.lag.shown(),
                             seen,
+                            limit = ?up.lag.stall_limit(hint),
                             "watch stream overdue by its member's pace; reopening elsewhere",
                         );
                         // Suspected, not blamed: the next open avoids it, ejection stays with
