@@ -29,6 +29,9 @@ pub(crate) use health::{Failure, Health, HealthConfig};
 #[cfg(test)]
 pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
+pub(crate) use pace::stall_limit;
+#[cfg(test)]
+pub(crate) use pace::{STALL_FACTOR, STALL_FLOOR};
 pub(crate) use url::{Dial, is_secure, member_url, normalize, redact};
 
 /// What the member's last Status answer said about raft.

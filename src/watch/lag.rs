@@ -39,8 +39,9 @@
 //!
 //! # The member's pace
 //!
-//! The stall limit is [`STALL_FACTOR`] times the member's pace, clamped to [`STALL_FLOOR`] and
-//! [`STALL_CAP`]. The pace is the slower of the stream's own recent answers to asks (the last
+//! The stall limit is `STALL_FACTOR` (8) times the member's pace, clamped to `STALL_FLOOR`
+//! (100 ms; `endpoint/pace.rs`, shared with the lease keeper) and [`STALL_CAP`]. With
+//! [`ASK_AFTER`] it puts a move ~150 ms after a write the stream failed to show. The pace is the slower of the stream's own recent answers to asks (the last
 //! [`RTT_SAMPLES`] of them) and what the rest of the client knows of the member (the tail of
 //! its unary calls, its probes' smoothed latency). A member answering in 1 ms is stalled after
 //! 100 ms; one that a saturated box or a defragment slows to a 100 ms pace gets 800 ms before
@@ -59,6 +60,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::progress::PROGRESS_INTERVAL;
+use crate::endpoint::stall_limit;
 
 /// How long the stream may trail a revision the client saw before it is asked for progress.
 ///
@@ -66,14 +68,6 @@ use super::progress::PROGRESS_INTERVAL;
 /// if watched), so most checks end before any ask; under a writer the stream does not watch,
 /// this sends at most ~20 small progress requests a second.
 pub(crate) const ASK_AFTER: Duration = Duration::from_millis(50);
-
-/// Times the member's pace an ask may stay unanswered (or the stream behind) before the stream
-/// is stalled: a wide margin, since a move reopens every watch.
-pub(crate) const STALL_FACTOR: u32 = 8;
-
-/// The shortest stall limit: below it, lateness is the box (a scheduler slice, an fsync
-/// hiccup), not the member. With [`ASK_AFTER`] it puts a move ~150 ms after the write.
-pub(crate) const STALL_FLOOR: Duration = Duration::from_millis(100);
 
 /// The longest stall limit (also the limit while nothing is known of the member's pace): a
 /// slower member is left to the fixed rules (the silence limit, the probers).
@@ -213,20 +207,18 @@ impl Lag {
         [check.ask_at, check.deadline].into_iter().flatten().min()
     }
 
-    /// How long an ask may stay unanswered: [`STALL_FACTOR`] times the slower of the stream's
-    /// own recent answers and `hint`, within [`STALL_FLOOR`]..[`STALL_CAP`].
+    /// How long an ask may stay unanswered: `STALL_FACTOR` times the slower of the stream's
+    /// own recent answers and `hint`, within `STALL_FLOOR`..[`STALL_CAP`].
     pub(crate) fn stall_limit(&self, hint: Option<Duration>) -> Duration {
         let own = self.rtts.iter().copied().max().filter(|d| !d.is_zero());
-        match own.max(hint) {
-            Some(pace) => (pace * STALL_FACTOR).clamp(STALL_FLOOR, STALL_CAP),
-            None => STALL_CAP,
-        }
+        stall_limit(own.max(hint), STALL_CAP)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::{STALL_FACTOR, STALL_FLOOR};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
