@@ -29,6 +29,9 @@ pub(crate) trait ProbeSink: Send + Sync + 'static {
     fn on_failure(&self, ep: &Endpoint, error: &Error);
     /// A probe ended; its outcome is on the endpoint (health, linearizable read time).
     fn on_probed(&self, ep: &Endpoint);
+    /// A Status answer carried the member's store revision: a revision the cluster has
+    /// committed (the watch hub expects its stream to show it soon, see `watch/lag.rs`).
+    fn on_revision(&self, _revision: i64) {}
 }
 
 /// A prober's timers.
@@ -132,6 +135,9 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
     let view = RaftView::from_status(&status);
     if !sink.on_status(ep, view) {
         return;
+    }
+    if let Some(header) = &status.header {
+        sink.on_revision(header.revision);
     }
     if view.leader_id == 0 {
         ep.on_probe_ok(false, started.elapsed());

@@ -283,9 +283,12 @@ pub(super) struct HubTask {
     /// Wakes the task when an endpoint's health changes, so that the stream leaves an ejected
     /// or leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
-    /// Wakes the task when the client sees a newer revision: the stream should show it soon
-    /// (the lag rule, `lag.rs`).
+    /// Wakes the task when the client sees a newer revision in a KV answer: the stream should
+    /// show it soon (the lag rule, `lag.rs`).
     revisions: tokio::sync::watch::Receiver<()>,
+    /// The newest revision the probes saw (wakes the task likewise): how a client that writes
+    /// nothing itself learns of other clients' writes, within a probe interval.
+    pub(super) probed: tokio::sync::watch::Receiver<i64>,
 }
 
 impl HubTask {
@@ -310,6 +313,7 @@ impl HubTask {
             max_bytes: transport.options.max_response_bytes,
             health: transport.health_changes(),
             revisions: transport.revision_news(),
+            probed: transport.balancer.probed_revision(),
         }
     }
 
@@ -344,6 +348,8 @@ impl HubTask {
                 Ok(()) = self.health.changed() => link.check_health_now(),
                 // The client saw a newer revision: the next advance checks the stream's lag.
                 Ok(()) = self.revisions.changed() => {}
+                // A probe saw a newer revision: likewise.
+                Ok(()) = self.probed.changed() => {}
                 // A probe, the silence limit, a health check, a retry or the idle close is due.
                 () = sleep => {}
             }

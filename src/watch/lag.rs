@@ -19,7 +19,10 @@
 //! watch stream (events, `created`, progress) carries its member's revision. So when the
 //! client has seen revision R, the stream's member should show R (or more) soon after,
 //! whether or not the write touched a watched key. That needs no unary traffic to the
-//! stream's member at all, only the client's own writes (or any read) going anywhere:
+//! stream's member at all, only the client's own writes (or any read) going anywhere. A
+//! client that writes nothing itself learns the cluster's revision from its probes (every
+//! Status answer carries its member's revision; each member is probed every 500 ms by
+//! default), so another client's write is noticed within a probe interval:
 //!
 //! 1. the client sees R above what the stream has shown: a [`Check`] starts;
 //! 2. after [`ASK_AFTER`] (the write's own event, or any answer, usually ends it sooner) the
