@@ -44,10 +44,10 @@
 //!
 //! The stall limit is `STALL_FACTOR` (8) times the member's pace, clamped to `STALL_FLOOR`
 //! (100 ms; `endpoint/pace.rs`, shared with the lease keeper) and [`STALL_CAP`]. With
-//! [`ASK_AFTER`] it puts a move ~150 ms after a write the stream failed to show. The pace is the slower of the stream's own recent answers to asks (the last
-//! [`RTT_SAMPLES`] of them) and what the rest of the client knows of the member (the tail of
-//! its unary calls, its probes' smoothed latency). A member answering in 1 ms is stalled after
-//! 100 ms; one that a saturated box or a defragment slows to a 100 ms pace gets 800 ms before
+//! [`ASK_AFTER`] it puts a move ~125 ms after a write the stream failed to show. The pace is
+//! the slower of the stream's own recent answers to asks (the last [`RTT_SAMPLES`] of them)
+//! and what the rest of the client knows of the member (the tail of its unary calls, its
+//! probes' smoothed latency). A member answering in 1 ms is stalled after 100 ms; one that a saturated box or a defragment slows to a 100 ms pace gets 800 ms before
 //! its watches move, and moving them is all that happens to it.
 //!
 //! ```text
@@ -67,10 +67,12 @@ use crate::endpoint::stall_limit;
 
 /// How long the stream may trail a revision the client saw before it is asked for progress.
 ///
-/// 50 ms: a healthy member shows a committed write within a few milliseconds (its own event,
+/// 25 ms: a healthy member shows a committed write within a few milliseconds (its own event,
 /// if watched), so most checks end before any ask; under a writer the stream does not watch,
-/// this sends at most ~20 small progress requests a second.
-pub(crate) const ASK_AFTER: Duration = Duration::from_millis(50);
+/// this sends at most ~40 small progress requests a second. Every millisecond here is one
+/// more before a stalled member's watches move (measured under load: the move lands 50-100 ms
+/// after the rule fires, the box's scheduling).
+pub(crate) const ASK_AFTER: Duration = Duration::from_millis(25);
 
 /// The longest stall limit (also the limit while nothing is known of the member's pace): a
 /// slower member is left to the fixed rules (the silence limit, the probers).
