@@ -6,6 +6,9 @@
 //! `etcdctl endpoint health`: only that read proves the member can serve a request that needs
 //! the leader right now (a partitioned member still answers Status, a frozen one answers
 //! nothing). `permission denied` on the read counts as healthy: it went through consensus.
+//!
+//! A Status answer owed past the member's stall limit (8 x its own pace, at least 100 ms; see
+//! `pace.rs`) makes it suspected before the probe's fixed timeout ejects it.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -109,12 +112,20 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
     // "permission denied") comes after the read index, so it proves as much, and probing with
     // the token would keep a simple token alive that should expire.
     let request = Request::new(StatusRequest {});
-    let status = match tokio::time::timeout(
-        timeout,
-        MaintenanceClient::new(ep.channel.clone()).status(request),
-    )
-    .await
-    {
+    let mut maintenance = MaintenanceClient::new(ep.channel.clone());
+    let call = maintenance.status(request);
+    tokio::pin!(call);
+    // Overdue by the member's own pace: suspected at once (new serializable reads avoid it,
+    // its watch stream checks itself); ejected only if the fixed timeout runs out too.
+    let early = super::stall_limit(ep.pace_hint(), timeout);
+    let answer = match tokio::time::timeout(early, &mut call).await {
+        Ok(answer) => Ok(answer),
+        Err(_) => {
+            ep.suspect();
+            tokio::time::timeout(timeout.saturating_sub(early), call).await
+        }
+    };
+    let status = match answer {
         Ok(Ok(r)) => r.into_inner(),
         Ok(Err(s)) => {
             let err = Error::from_status(s, &ep.url);
@@ -169,5 +180,59 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
         },
         // Status answered but the read did not: reachable, but no working leader behind it.
         Err(_) => ep.on_failure(Failure::NoLeader, &"probe timed out (linearizable read)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::{HealthConfig, STALL_FLOOR};
+    use tokio_util::sync::CancellationToken;
+
+    /// Records failures on the endpoint, like the balancer.
+    struct Sink;
+
+    impl ProbeSink for Sink {
+        fn on_status(&self, _ep: &Endpoint, _view: RaftView) -> bool {
+            true
+        }
+        fn on_failure(&self, ep: &Endpoint, error: &Error) {
+            ep.on_failure(Failure::Unreachable, error);
+        }
+        fn on_probed(&self, _ep: &Endpoint) {}
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_that_does_not_answer_is_suspected_at_its_pace_and_ejected_at_the_timeout() {
+        // A listener that never accepts: the connection opens (the kernel's backlog), nothing
+        // ever answers, like a frozen member.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let channel = tonic::transport::Channel::from_shared(url.clone())
+            .unwrap()
+            .connect_lazy();
+        let (changes, _) = tokio::sync::watch::channel(());
+        let ep = Endpoint::new(
+            url.as_str().into(),
+            channel,
+            None,
+            HealthConfig::default(),
+            CancellationToken::new(),
+            changes,
+        );
+        // A member answering in 1 ms: its stall limit is the floor.
+        ep.on_probe_ok(true, Duration::from_millis(1));
+        ep.on_probe_ok(true, Duration::from_millis(1));
+        let timeout = Duration::from_secs(1);
+        let probing = tokio::spawn({
+            let ep = ep.clone();
+            async move { probe(&ep, timeout, &Sink).await }
+        });
+        tokio::time::sleep(STALL_FLOOR + Duration::from_millis(1)).await;
+        assert!(ep.is_suspected(), "suspected at the member's pace");
+        assert_ne!(ep.state(), HealthState::Ejected, "not ejected yet");
+        probing.await.unwrap();
+        assert_eq!(ep.state(), HealthState::Ejected, "ejected at the fixed timeout");
+        drop(silent);
     }
 }
