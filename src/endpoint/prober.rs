@@ -8,7 +8,10 @@
 //! nothing). `permission denied` on the read counts as healthy: it went through consensus.
 //!
 //! A Status answer owed past the member's stall limit (8 x its own pace, at least 100 ms; see
-//! `pace.rs`) makes it suspected before the probe's fixed timeout ejects it.
+//! `pace.rs`) makes it suspected before the probe's fixed timeout ejects it; and the timeout
+//! ejects only a member whose own recent calls are much faster than the timeout (the same
+//! rule as for a late call, `Endpoint::is_overdue`), so that a saturated box or a defragment
+//! does not eject a healthy member.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -138,6 +141,15 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
             }
             return;
         }
+        // The fixed timeout ran out: ejected, unless the member's own recent calls are so slow
+        // that this is the box (a saturated machine, a defragment), not a stall: then it stays
+        // suspected, and the next probe judges again. A stalled member's window empties within
+        // two generations (no answers), and it is ejected then.
+        Err(_) if !ep.is_overdue(timeout) => {
+            tracing::debug!(endpoint = %ep.url, "probe timed out on a slow member; suspected");
+            ep.suspect();
+            return;
+        }
         Err(_) => {
             sink.on_failure(ep, &Error::Timeout);
             return;
@@ -202,10 +214,9 @@ mod tests {
         fn on_probed(&self, _ep: &Endpoint) {}
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_member_that_does_not_answer_is_suspected_at_its_pace_and_ejected_at_the_timeout() {
-        // A listener that never accepts: the connection opens (the kernel's backlog), nothing
-        // ever answers, like a frozen member.
+    /// An endpoint on a listener that never accepts: the connection opens (the kernel's
+    /// backlog), nothing ever answers, like a frozen member. Keep the listener alive.
+    fn silent_member() -> (Arc<Endpoint>, std::net::TcpListener) {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", silent.local_addr().unwrap());
         let channel = tonic::transport::Channel::from_shared(url.clone())
@@ -220,6 +231,27 @@ mod tests {
             CancellationToken::new(),
             changes,
         );
+        (ep, silent)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_timeout_does_not_eject_a_member_slow_at_its_own_pace() {
+        let (ep, silent) = silent_member();
+        ep.on_probe_ok(true, Duration::from_millis(400));
+        ep.on_probe_ok(true, Duration::from_millis(400));
+        // Its calls take 400 ms (a saturated box): a 1 s probe timeout is not 4 x its tail.
+        for _ in 0..100 {
+            ep.on_answer(Duration::from_millis(400), Duration::from_secs(1));
+        }
+        probe(&ep, Duration::from_secs(1), &Sink).await;
+        assert_ne!(ep.state(), HealthState::Ejected);
+        assert!(ep.is_suspected());
+        drop(silent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_that_does_not_answer_is_suspected_at_its_pace_and_ejected_at_the_timeout() {
+        let (ep, silent) = silent_member();
         // A member answering in 1 ms: its stall limit is the floor.
         ep.on_probe_ok(true, Duration::from_millis(1));
         ep.on_probe_ok(true, Duration::from_millis(1));
