@@ -150,7 +150,11 @@ where
                 i += 1;
                 let sent = Instant::now();
                 let kv = client.kv();
-                let put = kv.put(format!("{prefix}k{}", i % 5), format!("v{i}"), PutOptions::new());
+                let put = kv.put(
+                    format!("{prefix}k{}", i % 5),
+                    format!("v{i}"),
+                    PutOptions::new(),
+                );
                 if let Ok(Ok(r)) = timeout(Duration::from_secs(2), put).await {
                     acks.insert(r.header.unwrap().revision, (sent, Instant::now()));
                 }
@@ -185,7 +189,10 @@ where
         .filter(|r| !delivered.contains_key(r))
         .copied()
         .collect();
-    assert!(missing.is_empty(), "{name}: puts not delivered: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "{name}: puts not delivered: {missing:?}"
+    );
 
     let (rev, (_, acked)) = acks
         .iter()
@@ -328,7 +335,11 @@ async fn no_false_alarm_at_256_in_flight_through_compaction_and_defragment() {
     for i in 0..2000 {
         client
             .kv()
-            .put(format!("{key}/fill{}", i % 200), vec![b'x'; 512], PutOptions::new())
+            .put(
+                format!("{key}/fill{}", i % 200),
+                vec![b'x'; 512],
+                PutOptions::new(),
+            )
             .await
             .unwrap();
     }
@@ -396,7 +407,10 @@ async fn no_false_alarm_at_256_in_flight_through_compaction_and_defragment() {
         .revision;
     let t = Instant::now();
     client.kv().compact(revision, true).await.unwrap();
-    eprintln!("adaptive-watch: load: compaction at {revision} took {:?}", t.elapsed());
+    eprintln!(
+        "adaptive-watch: load: compaction at {revision} took {:?}",
+        t.elapsed()
+    );
     for url in client.endpoint_urls() {
         sleep(Duration::from_secs(1)).await;
         let t = Instant::now();
@@ -407,7 +421,10 @@ async fn no_false_alarm_at_256_in_flight_through_compaction_and_defragment() {
             .defragment()
             .await
             .unwrap();
-        eprintln!("adaptive-watch: load: defragment of {url} took {:?}", t.elapsed());
+        eprintln!(
+            "adaptive-watch: load: defragment of {url} took {:?}",
+            t.elapsed()
+        );
     }
     let (mut calls, mut errors) = (0, 0);
     for t in tasks {
@@ -447,7 +464,12 @@ async fn no_false_alarm_at_256_in_flight_through_compaction_and_defragment() {
         s.ejections,
         client.watch().streams_opened() - streams_before,
     );
-    assert_eq!(s.ejections, 0, "healthy members ejected: {:?}", client.endpoints());
+    assert_eq!(
+        s.ejections,
+        0,
+        "healthy members ejected: {:?}",
+        client.endpoints()
+    );
     assert_eq!(errors, 0, "gets failed");
     assert_eq!(put_errors, 0, "puts failed");
     assert!(

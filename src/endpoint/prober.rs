@@ -264,7 +264,11 @@ mod tests {
         assert!(ep.is_suspected(), "suspected at the member's pace");
         assert_ne!(ep.state(), HealthState::Ejected, "not ejected yet");
         probing.await.unwrap();
-        assert_eq!(ep.state(), HealthState::Ejected, "ejected at the fixed timeout");
+        assert_eq!(
+            ep.state(),
+            HealthState::Ejected,
+            "ejected at the fixed timeout"
+        );
         drop(silent);
     }
 }
