@@ -45,7 +45,8 @@
 //! watch/          Watch: the managed watch (mod.rs: service and WatchOptions; managed.rs:
 //!                 WatchStream / WatchBatch; hub.rs: the task owning the one shared stream,
 //!                 failover and resume; resume.rs: resume revision, fragments, dedup;
-//!                 progress.rs: liveness and progress rules) and the raw bidirectional stream
+//!                 progress.rs: liveness and progress rules; lag.rs: leaving a member that
+//!                 falls behind the client's revisions at its own pace) and the raw stream
 //! cluster.rs      Cluster: member list / add / add learner / remove / update / promote
 //! maintenance.rs  Maintenance: status, alarms, defragment, hashes, move leader, snapshot
 //! auth.rs         Auth: enable / disable / status, authenticate, users, roles

@@ -54,6 +54,9 @@ pub(crate) struct Balancer {
     pub(crate) sync_now: Arc<Notify>,
     /// Bumped whenever an endpoint's health changes.
     health_changes: watch::Sender<()>,
+    /// The newest store revision a probe's Status answer carried (committed, since a member
+    /// applied it): the watch hub's view of the cluster when the client itself writes nothing.
+    probed_revision: watch::Sender<i64>,
     /// Cancelled when the client goes: stops every prober.
     cancel: CancellationToken,
     /// The cluster this client reached first; endpoints of another cluster are refused.
@@ -109,6 +112,7 @@ impl Balancer {
             probe_now: Arc::new(Notify::new()),
             sync_now: Arc::new(Notify::new()),
             health_changes,
+            probed_revision: watch::Sender::new(0),
             cancel,
             cluster_id: ClusterId::default(),
         }))
@@ -130,6 +134,11 @@ impl Balancer {
     /// the last look): long-lived streams use it to leave an ejected member without delay.
     pub(crate) fn health_changes(&self) -> watch::Receiver<()> {
         self.health_changes.subscribe()
+    }
+
+    /// The newest store revision a probe saw; the receiver wakes when it grows.
+    pub(crate) fn probed_revision(&self) -> watch::Receiver<i64> {
+        self.probed_revision.subscribe()
     }
 
     /// The endpoint set; member sync's changes wake the receiver.
@@ -523,6 +532,16 @@ impl ProbeSink for Balancer {
 
     fn on_failure(&self, ep: &Endpoint, error: &Error) {
         self.teach(ep, error);
+    }
+
+    fn on_revision(&self, revision: i64) {
+        self.probed_revision.send_if_modified(|newest| {
+            let news = revision > *newest;
+            if news {
+                *newest = revision;
+            }
+            news
+        });
     }
 
     fn on_probed(&self, _ep: &Endpoint) {

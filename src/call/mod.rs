@@ -148,6 +148,8 @@ pub(crate) struct Transport {
     pub(crate) cancel: CancellationToken,
     /// The newest store revision in any KV answer: where a managed watch from "now" starts.
     seen_revision: AtomicI64,
+    /// Bumped when `seen_revision` grows: the watch hub checks that its stream keeps up.
+    revision_news: tokio::sync::watch::Sender<()>,
     /// Hedges draw on it (see [`budget`]); a std mutex held for a few additions, never
     /// across `.await`.
     budget: Mutex<budget::HedgeBudget>,
@@ -202,6 +204,7 @@ impl Transport {
             token,
             cancel: CancellationToken::new(),
             seen_revision: AtomicI64::new(0),
+            revision_news: tokio::sync::watch::Sender::new(()),
             budget: Mutex::new(budget::HedgeBudget::new(Instant::now())),
             counters: stats::Counters::default(),
         })
@@ -223,7 +226,9 @@ impl Transport {
     /// refresh the leader view at once if it comes from a newer raft term.
     pub(crate) fn observe_header(&self, header: Option<&ResponseHeader>) {
         if let Some(h) = header {
-            self.seen_revision.fetch_max(h.revision, Ordering::Relaxed);
+            if self.seen_revision.fetch_max(h.revision, Ordering::Relaxed) < h.revision {
+                self.revision_news.send_replace(());
+            }
             self.balancer.observe_term(h.raft_term);
         }
     }
@@ -254,6 +259,11 @@ impl Transport {
     /// The newest store revision this client has seen in a KV answer (0: none yet).
     pub(crate) fn seen_revision(&self) -> i64 {
         self.seen_revision.load(Ordering::Relaxed)
+    }
+
+    /// Wakes when [`seen_revision`](Self::seen_revision) grows.
+    pub(crate) fn revision_news(&self) -> tokio::sync::watch::Receiver<()> {
+        self.revision_news.subscribe()
     }
 
     /// A connection to `ep`.

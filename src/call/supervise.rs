@@ -149,6 +149,17 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// Whether the client knows a leader and it is not `endpoint`'s member: a leader-bound
+    /// stream that leaves `endpoint` goes there.
+    pub(crate) fn leader_elsewhere(&self, endpoint: &Endpoint) -> bool {
+        self.transport.upgrade().is_some_and(|t| {
+            let leader = t.balancer.leader_id();
+            leader != 0 && leader != endpoint.raft().member_id
+        })
+    }
+}
+
 /// An open failed after `failures` failures in a row before it: when to try again.
 pub(crate) fn failed_open(failures: u32, now: Instant) -> Reopen {
     let failures = failures + 1;

@@ -30,6 +30,9 @@ pub(crate) use health::{Failure, Health, HealthConfig};
 #[cfg(test)]
 pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
+pub(crate) use pace::stall_limit;
+#[cfg(test)]
+pub(crate) use pace::{STALL_FACTOR, STALL_FLOOR};
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 
 /// What the member's last Status answer said about raft.
@@ -99,6 +102,10 @@ pub(crate) struct Endpoint {
     ejections: AtomicU64,
     /// Times it became suspected (same).
     suspicions: AtomicU64,
+    /// Bumped each time it becomes suspected, so that a long-lived stream on it (the watch
+    /// hub's) checks it at once; its own channel, not `changes`: a suspicion is no health
+    /// transition and must not wake everyone who follows health.
+    suspected_news: tokio::sync::watch::Sender<()>,
 }
 
 /// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
@@ -153,6 +160,7 @@ impl Endpoint {
             pace: Mutex::new(Pace::new(Instant::now())),
             ejections: AtomicU64::new(0),
             suspicions: AtomicU64::new(0),
+            suspected_news: tokio::sync::watch::Sender::new(()),
         })
     }
 
@@ -179,8 +187,23 @@ impl Endpoint {
         if news {
             self.suspicions.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(endpoint = %self.url, "endpoint suspected of stalling");
+            self.suspected_news.send_replace(());
         }
         news
+    }
+
+    /// Wakes each time this member becomes suspected.
+    pub(crate) fn suspected_news(&self) -> tokio::sync::watch::Receiver<()> {
+        self.suspected_news.subscribe()
+    }
+
+    /// What the client knows of this member's pace apart from a stream's own answers: the
+    /// slower of its calls' recent tail (once known) and its smoothed latency (calls and
+    /// probes); `None` before any answer.
+    pub(crate) fn pace_hint(&self) -> Option<Duration> {
+        let tail = self.with_pace(|p| p.tail(Instant::now()));
+        let smoothed = self.with_health(|h| h.latency());
+        tail.max(smoothed)
     }
 
     /// Whether an attempt here that has owed its answer for `age` is overdue by this member's

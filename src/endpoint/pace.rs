@@ -58,6 +58,25 @@ pub(crate) const SUSPECT_HOLD: Duration = Duration::from_millis(500);
 /// blamed for a 500 ms answer.
 pub(crate) const BLAME_FACTOR: f64 = 4.0;
 
+/// Times a member's pace that a long-lived stream (watch, keep-alive) may owe it an answer
+/// before the stream counts as stalled and moves: a wide margin, since a move reopens the
+/// stream (a hedge copies one call; it waits [`TAIL_FACTOR`] times the tail).
+pub(crate) const STALL_FACTOR: u32 = 8;
+
+/// The shortest stall limit: below it, lateness is the box (a scheduler slice, an fsync
+/// hiccup), not the member.
+pub(crate) const STALL_FLOOR: Duration = Duration::from_millis(100);
+
+/// How long a stream may owe an answer from a member whose pace is `pace` before it is
+/// stalled: [`STALL_FACTOR`] times the pace within [`STALL_FLOOR`]..`cap`; `cap` (the stream's
+/// fixed rule) while the pace is unknown.
+pub(crate) fn stall_limit(pace: Option<Duration>, cap: Duration) -> Duration {
+    match pace {
+        Some(pace) => (pace * STALL_FACTOR).max(STALL_FLOOR).min(cap),
+        None => cap,
+    }
+}
+
 /// A member's latency window and suspicion, changed together behind one lock.
 #[derive(Clone, Debug)]
 pub(crate) struct Pace {
@@ -80,6 +99,11 @@ impl Pace {
     pub(crate) fn hedge_delay(&mut self, cap: Duration, now: Instant) -> Option<Duration> {
         let tail = self.window.quantile(TAIL_QUANTILE, now)?;
         Some(tail.mul_f64(TAIL_FACTOR).max(HEDGE_FLOOR).min(cap))
+    }
+
+    /// The member's recent tail latency (its p99), once it has answered enough calls.
+    pub(crate) fn tail(&mut self, now: Instant) -> Option<Duration> {
+        self.window.quantile(TAIL_QUANTILE, now)
     }
 
     /// Whether an answer owed for `age` at `now` is overdue by this member's own pace: past
@@ -227,6 +251,16 @@ mod tests {
         tokio::time::advance(ms(1)).await;
         p.probe_answered(Instant::now());
         assert!(!p.is_suspected(Instant::now()));
+    }
+
+    #[test]
+    fn a_stream_stalls_at_a_multiple_of_its_members_pace_within_bounds() {
+        assert_eq!(stall_limit(None, CAP), CAP);
+        assert_eq!(stall_limit(Some(us(200)), CAP), STALL_FLOOR);
+        assert_eq!(stall_limit(Some(ms(20)), CAP), ms(160));
+        assert_eq!(stall_limit(Some(ms(200)), CAP), CAP);
+        // A cap under the floor wins: the stream's fixed rule is the upper bound.
+        assert_eq!(stall_limit(Some(us(200)), ms(50)), ms(50));
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,6 +6,12 @@
 //! `etcdctl endpoint health`: only that read proves the member can serve a request that needs
 //! the leader right now (a partitioned member still answers Status, a frozen one answers
 //! nothing). `permission denied` on the read counts as healthy: it went through consensus.
+//!
+//! A Status answer owed past the member's stall limit (8 x its own pace, at least 100 ms; see
+//! `pace.rs`) makes it suspected before the probe's fixed timeout ejects it; and the timeout
+//! ejects only a member whose own recent calls are much faster than the timeout (the same
+//! rule as for a late call, `Endpoint::is_overdue`), so that a saturated box or a defragment
+//! does not eject a healthy member.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -29,6 +35,9 @@ pub(crate) trait ProbeSink: Send + Sync + 'static {
     fn on_failure(&self, ep: &Endpoint, error: &Error);
     /// A probe ended; its outcome is on the endpoint (health, linearizable read time).
     fn on_probed(&self, ep: &Endpoint);
+    /// A Status answer carried the member's store revision: a revision the cluster has
+    /// committed (the watch hub expects its stream to show it soon, see `watch/lag.rs`).
+    fn on_revision(&self, _revision: i64) {}
 }
 
 /// A prober's timers.
@@ -106,12 +115,20 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
     // "permission denied") comes after the read index, so it proves as much, and probing with
     // the token would keep a simple token alive that should expire.
     let request = Request::new(StatusRequest {});
-    let status = match tokio::time::timeout(
-        timeout,
-        MaintenanceClient::new(ep.channel.clone()).status(request),
-    )
-    .await
-    {
+    let mut maintenance = MaintenanceClient::new(ep.channel.clone());
+    let call = maintenance.status(request);
+    tokio::pin!(call);
+    // Overdue by the member's own pace: suspected at once (new serializable reads avoid it,
+    // its watch stream checks itself); ejected only if the fixed timeout runs out too.
+    let early = super::stall_limit(ep.pace_hint(), timeout);
+    let answer = match tokio::time::timeout(early, &mut call).await {
+        Ok(answer) => Ok(answer),
+        Err(_) => {
+            ep.suspect();
+            tokio::time::timeout(timeout.saturating_sub(early), call).await
+        }
+    };
+    let status = match answer {
         Ok(Ok(r)) => r.into_inner(),
         Ok(Err(s)) => {
             let err = Error::from_status(s, &ep.url);
@@ -124,6 +141,15 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
             }
             return;
         }
+        // The fixed timeout ran out: ejected, unless the member's own recent calls are so slow
+        // that this is the box (a saturated machine, a defragment), not a stall: then it stays
+        // suspected, and the next probe judges again. A stalled member's window empties within
+        // two generations (no answers), and it is ejected then.
+        Err(_) if !ep.is_overdue(timeout) => {
+            tracing::debug!(endpoint = %ep.url, "probe timed out on a slow member; suspected");
+            ep.suspect();
+            return;
+        }
         Err(_) => {
             sink.on_failure(ep, &Error::Timeout);
             return;
@@ -132,6 +158,9 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
     let view = RaftView::from_status(&status);
     if !sink.on_status(ep, view) {
         return;
+    }
+    if let Some(header) = &status.header {
+        sink.on_revision(header.revision);
     }
     if view.leader_id == 0 {
         ep.on_probe_ok(false, started.elapsed());
@@ -163,5 +192,83 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
         },
         // Status answered but the read did not: reachable, but no working leader behind it.
         Err(_) => ep.on_failure(Failure::NoLeader, &"probe timed out (linearizable read)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::{HealthConfig, STALL_FLOOR};
+    use tokio_util::sync::CancellationToken;
+
+    /// Records failures on the endpoint, like the balancer.
+    struct Sink;
+
+    impl ProbeSink for Sink {
+        fn on_status(&self, _ep: &Endpoint, _view: RaftView) -> bool {
+            true
+        }
+        fn on_failure(&self, ep: &Endpoint, error: &Error) {
+            ep.on_failure(Failure::Unreachable, error);
+        }
+        fn on_probed(&self, _ep: &Endpoint) {}
+    }
+
+    /// An endpoint on a listener that never accepts: the connection opens (the kernel's
+    /// backlog), nothing ever answers, like a frozen member. Keep the listener alive.
+    fn silent_member() -> (Arc<Endpoint>, std::net::TcpListener) {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let channel = tonic::transport::Channel::from_shared(url.clone())
+            .unwrap()
+            .connect_lazy();
+        let (changes, _) = tokio::sync::watch::channel(());
+        let ep = Endpoint::new(
+            url.as_str().into(),
+            channel,
+            None,
+            HealthConfig::default(),
+            CancellationToken::new(),
+            changes,
+        );
+        (ep, silent)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_timeout_does_not_eject_a_member_slow_at_its_own_pace() {
+        let (ep, silent) = silent_member();
+        ep.on_probe_ok(true, Duration::from_millis(400));
+        ep.on_probe_ok(true, Duration::from_millis(400));
+        // Its calls take 400 ms (a saturated box): a 1 s probe timeout is not 4 x its tail.
+        for _ in 0..100 {
+            ep.on_answer(Duration::from_millis(400), Duration::from_secs(1));
+        }
+        probe(&ep, Duration::from_secs(1), &Sink).await;
+        assert_ne!(ep.state(), HealthState::Ejected);
+        assert!(ep.is_suspected());
+        drop(silent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_that_does_not_answer_is_suspected_at_its_pace_and_ejected_at_the_timeout() {
+        let (ep, silent) = silent_member();
+        // A member answering in 1 ms: its stall limit is the floor.
+        ep.on_probe_ok(true, Duration::from_millis(1));
+        ep.on_probe_ok(true, Duration::from_millis(1));
+        let timeout = Duration::from_secs(1);
+        let probing = tokio::spawn({
+            let ep = ep.clone();
+            async move { probe(&ep, timeout, &Sink).await }
+        });
+        tokio::time::sleep(STALL_FLOOR + Duration::from_millis(1)).await;
+        assert!(ep.is_suspected(), "suspected at the member's pace");
+        assert_ne!(ep.state(), HealthState::Ejected, "not ejected yet");
+        probing.await.unwrap();
+        assert_eq!(
+            ep.state(),
+            HealthState::Ejected,
+            "ejected at the fixed timeout"
+        );
+        drop(silent);
     }
 }

@@ -3,10 +3,22 @@
 //! renewals as they fall due, reads the answers, reopens on another member when the stream
 //! fails, falls silent or its member is ejected, and marks leases lost when they expire.
 //!
+//! # Moving at the member's pace
+//!
+//! The silence limit (a third of the shortest TTL, at most the request timeout) is a fixed
+//! upper bound. Sooner than that, a renewal owed for `STALL_FACTOR` (8) times the member's own
+//! pace (`endpoint::stall_limit`, at least 100 ms) makes the member *suspected* (new
+//! serializable reads and watch streams avoid it); a stream on a suspected member (suspected
+//! by its own renewals or by the unary calls) that is not the leader reopens on the leader
+//! at once, unblamed. A stream on the leader stays: leader-bound renewals have nowhere
+//! better to go (a follower would forward them to the same leader), so the fixed rules and
+//! an election decide there.
+//!
 //! It runs while at least one lease is kept and the client is alive; [`Shared::send`] starts a
 //! new one when a lease is kept after it stopped.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
@@ -62,6 +74,8 @@ enum Link {
         endpoint: Arc<Endpoint>,
         opened: Instant,
         failures: u32,
+        /// Wakes when `endpoint` becomes suspected.
+        suspected: watch::Receiver<()>,
     },
 }
 
@@ -71,6 +85,8 @@ enum Link {
 enum LinkEvent {
     Opened(Result<Opened>),
     Answer(Result<Option<LeaseKeepAliveResponse>>),
+    /// The stream's member became suspected (the next advance looks at it).
+    Suspected,
 }
 
 impl Link {
@@ -78,7 +94,14 @@ impl Link {
     async fn event(&mut self) -> LinkEvent {
         match self {
             Link::Opening { open, .. } => LinkEvent::Opened(open.await),
-            Link::Up { answers, .. } => LinkEvent::Answer(answers.message().await),
+            Link::Up {
+                answers, suspected, ..
+            } => tokio::select! {
+                // An answer, the server's end or the stream's failure.
+                answer = answers.message() => LinkEvent::Answer(answer),
+                // The member became suspected (the sender lives as long as the endpoint).
+                Ok(()) = suspected.changed() => LinkEvent::Suspected,
+            },
             Link::Down { .. } => std::future::pending().await,
         }
     }
@@ -152,7 +175,16 @@ impl KeeperTask {
                 Link::Up { tx, .. } if tx.capacity() == 0 => {
                     wake = Some(now + FULL_RETRY);
                 }
-                Link::Up { .. } | Link::Opening { .. } => {}
+                Link::Up { endpoint, .. } => {
+                    // When the owed renewal becomes overdue by the member's pace (once: past
+                    // it, the silence limit is the next thing to wait for).
+                    let (owed, limit) = (self.table.owed_for(now), self.stall_limit(endpoint));
+                    if owed > Duration::ZERO && owed < limit {
+                        let at = now + (limit - owed);
+                        wake = Some(wake.map_or(at, |w| w.min(at)));
+                    }
+                }
+                Link::Opening { .. } => {}
             }
             let sleep = async {
                 match wake {
@@ -222,6 +254,7 @@ impl KeeperTask {
                 endpoint,
                 opened,
                 failures,
+                suspected,
             } => {
                 if self.table.is_silent(now) {
                     let owed = self.table.owed_for(now);
@@ -247,6 +280,18 @@ impl KeeperTask {
                     );
                     return self.lost_stream(&endpoint, None, opened, failures, now);
                 }
+                let owed = self.table.owed_for(now);
+                if owed > Duration::ZERO && owed >= self.stall_limit(&endpoint) {
+                    endpoint.suspect();
+                }
+                if endpoint.is_suspected() && self.supervisor.leader_elsewhere(&endpoint) {
+                    tracing::info!(
+                        endpoint = %endpoint.url,
+                        ?owed,
+                        "keep-alive stream's member stalls by its own pace; reopening on the leader"
+                    );
+                    return self.lost_stream(&endpoint, None, opened, failures, now);
+                }
                 for id in self.table.due(now) {
                     match tx.try_send(LeaseKeepAliveRequest { id }) {
                         Ok(()) => self.table.sent(id, now),
@@ -269,10 +314,17 @@ impl KeeperTask {
                     endpoint,
                     opened,
                     failures,
+                    suspected,
                 }
             }
             other => other,
         }
+    }
+
+    /// How long a renewal may be owed by `endpoint`'s member before it is overdue by its own
+    /// pace (at most the silence limit, which then decides alone).
+    fn stall_limit(&self, endpoint: &Endpoint) -> Duration {
+        crate::endpoint::stall_limit(endpoint.pace_hint(), self.table.silence_limit())
     }
 
     /// Start opening a stream whose first message renews the lease closest to expiry.
@@ -319,6 +371,8 @@ impl KeeperTask {
                 );
                 self.table.stream_opened(now);
                 self.shared.set_stream_endpoint(Some(endpoint.url.clone()));
+                let mut suspected = endpoint.suspected_news();
+                suspected.borrow_and_update();
                 Link::Up {
                     tx,
                     answers,
@@ -326,6 +380,7 @@ impl KeeperTask {
                     opened: now,
                     // Reset only once the stream proves it lives (see MIN_STREAM_LIFE).
                     failures,
+                    suspected,
                 }
             }
             (Link::Opening { failures, .. }, LinkEvent::Opened(Err(error))) => {
@@ -346,6 +401,7 @@ impl KeeperTask {
                     endpoint,
                     opened,
                     failures,
+                    suspected,
                 },
                 LinkEvent::Answer(answer),
             ) => match answer {
@@ -357,6 +413,7 @@ impl KeeperTask {
                         endpoint,
                         opened,
                         failures,
+                        suspected,
                     }
                 }
                 Ok(None) => {

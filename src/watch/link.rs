@@ -1,6 +1,7 @@
 //! The shared stream itself: opening it (through the transport's pick, retries and
-//! require-leader), keeping it honest (progress probes, the silence limit, the member's health
-//! as the probers see it), sending creates and cancels, and leaving it for another member.
+//! require-leader), keeping it honest (progress probes, the lag rule of `lag.rs`, the silence
+//! limit, the member's health as the probers see it), sending creates and cancels, and leaving
+//! it for another member.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
 use super::hub::{HubTask, State};
+use super::lag::{Lag, Verdict};
 use super::progress::{Due, Liveness, Probe, ProgressGate};
 use crate::call::supervise::{self, FULL_RETRY};
 use crate::endpoint::Endpoint;
@@ -79,6 +81,10 @@ pub(super) struct Up {
     pub(super) ids: HashMap<i64, u64>,
     /// Is the stream alive (probes, silence limit).
     pub(super) liveness: Liveness,
+    /// Does it keep up with the revisions the client sees, at its member's pace (`lag.rs`).
+    pub(super) lag: Lag,
+    /// Wakes when its member becomes suspected (by the unary calls): check the stream now.
+    pub(super) suspected: tokio::sync::watch::Receiver<()>,
     /// Progress requests and what their answers prove on this member.
     pub(super) gate: ProgressGate,
     /// Cancels that did not fit in the request channel yet.
@@ -101,6 +107,8 @@ pub(super) enum LinkEvent {
     Answer(Result<Option<WatchResponse>>),
     /// The token renewal finished.
     Renewed(Result<()>),
+    /// The stream's member became suspected of stalling.
+    Suspected,
 }
 
 impl Link {
@@ -117,7 +125,18 @@ impl Link {
         match self {
             Link::Opening { open, .. } => LinkEvent::Opened(open.await),
             Link::Renewing { renew, .. } => LinkEvent::Renewed(renew.await),
-            Link::Up(up) => LinkEvent::Answer(up.answers.message().await),
+            Link::Up(up) => {
+                let Up {
+                    answers, suspected, ..
+                } = &mut **up;
+                tokio::select! {
+                    // A response, the server's end or the stream's failure.
+                    answer = answers.message() => LinkEvent::Answer(answer),
+                    // The unary calls found the member overdue: doubt the stream too. (The
+                    // sender lives as long as the endpoint this stream holds.)
+                    Ok(()) = suspected.changed() => LinkEvent::Suspected,
+                }
+            }
             Link::Down { .. } => std::future::pending().await,
         }
     }
@@ -131,6 +150,9 @@ impl HubTask {
             Link::Opening { .. } | Link::Renewing { .. } => None,
             Link::Up(up) => {
                 let mut wake = up.liveness.next_wake();
+                if let Some(lag) = up.lag.next_wake() {
+                    wake = wake.min(lag);
+                }
                 if (!up.outbox.is_empty() || self.has_queued()) && up.tx.capacity() == 0 {
                     wake = wake.min(now + FULL_RETRY);
                 }
@@ -159,8 +181,33 @@ impl HubTask {
                         );
                         return self.lose(up, Some(&Error::Timeout), now);
                     }
-                    Due::Probe => self.probe(&mut up, now),
+                    // The periodic probe is a doubt: answered within the member's own pace, or
+                    // the stream moves (below).
+                    Due::Probe => up.lag.doubt(now),
                     Due::Nothing => {}
+                }
+                let seen = self
+                    .transport
+                    .upgrade()
+                    .map_or(0, |t| t.seen_revision())
+                    .max(*self.probed.borrow());
+                let hint = up.endpoint.pace_hint();
+                match up.lag.poll(seen, hint, now) {
+                    Verdict::Ask => self.probe(&mut up, now),
+                    Verdict::Stalled => {
+                        tracing::warn!(
+                            endpoint = %up.endpoint.url,
+                            shown = up.lag.shown(),
+                            seen,
+                            limit = ?up.lag.stall_limit(hint),
+                            "watch stream overdue by its member's pace; reopening elsewhere",
+                        );
+                        // Suspected, not blamed: the next open avoids it, ejection stays with
+                        // the probers and the silence limit.
+                        up.endpoint.suspect();
+                        return self.lose(up, None, now);
+                    }
+                    Verdict::Nothing => {}
                 }
                 if std::mem::take(&mut up.check_health)
                     && self.supervisor.better_elsewhere(&up.endpoint)
@@ -243,7 +290,9 @@ impl HubTask {
                     up.gate.sent(now);
                 }
             }
-            Probe::Canary => {
+            // A progress request is owed (newer etcd holds its answer while a watch catches
+            // up): a canary's `created` comes at once on every version.
+            Probe::Canary | Probe::Wait => {
                 let watch_id = self.watch_id();
                 let create = WatchRequest {
                     request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
@@ -261,7 +310,6 @@ impl HubTask {
                     up.outbox.push_back(cancel_request(watch_id));
                 }
             }
-            Probe::Wait => {}
         }
     }
 
@@ -311,6 +359,8 @@ impl HubTask {
                 self.inner.set_endpoint(Some(endpoint.url.clone()));
                 self.check_version(&endpoint);
                 let token_generation = self.transport.upgrade().map_or(0, |t| t.token_generation());
+                let mut suspected = endpoint.suspected_news();
+                suspected.borrow_and_update();
                 Link::Up(Box::new(Up {
                     tx,
                     answers,
@@ -322,6 +372,8 @@ impl HubTask {
                     creating: VecDeque::from([(first.1, Some(first.0))]),
                     ids: HashMap::new(),
                     liveness: Liveness::new(now),
+                    lag: Lag::new(),
+                    suspected,
                     gate: ProgressGate::default(),
                     outbox: VecDeque::new(),
                     idle_since: None,
@@ -358,6 +410,8 @@ impl HubTask {
             (Link::Up(mut up), LinkEvent::Answer(answer)) => match answer {
                 Ok(Some(response)) => {
                     up.liveness.heard(now);
+                    up.lag
+                        .answered(response.header.as_ref().map_or(0, |h| h.revision), now);
                     self.on_response(&mut up, response);
                     Link::Up(up)
                 }
@@ -383,6 +437,13 @@ impl HubTask {
                 },
                 LinkEvent::Renewed(result),
             ) => self.renewed(result, retry_at, failures, now),
+            (Link::Up(mut up), LinkEvent::Suspected) => {
+                if up.endpoint.is_suspected() {
+                    tracing::debug!(endpoint = %up.endpoint.url, "watch member suspected; asking");
+                    up.lag.doubt(now);
+                }
+                Link::Up(up)
+            }
             (link, _) => link,
         }
     }

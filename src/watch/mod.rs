@@ -4,13 +4,16 @@
 //!
 //! The files: `managed.rs` is what the caller holds ([`WatchStream`], [`WatchBatch`]);
 //! `hub.rs` the task that owns the shared stream; `resume.rs` where a watch resumes (pure);
-//! `progress.rs` the liveness and progress rules (pure); `relogin.rs` what an auth refusal of a
+//! `progress.rs` the liveness and progress rules (pure); `lag.rs` the rule that moves the
+//! stream off a member that falls behind the client's revisions at its own pace (pure);
+//! `relogin.rs` what an auth refusal of a
 //! create does to the stream. This file is the service and the
 //! options.
 
 mod calls;
 mod dispatch;
 mod hub;
+mod lag;
 mod link;
 mod managed;
 mod progress;
