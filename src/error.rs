@@ -42,7 +42,8 @@ pub enum Error {
     #[error("no endpoints were given")]
     NoEndpoints,
 
-    /// An endpoint is not a usable URL (`http://host:port`, `https://host:port` or `host:port`).
+    /// An endpoint is not a usable URL (`http://host:port`, `https://host:port`, `host:port` or
+    /// `unix://path`), or a `unix://` endpoint names no socket.
     #[error("invalid endpoint {endpoint:?}: {reason}")]
     InvalidEndpoint {
         /// The endpoint as given, less any `user:password@` and query (never shown).

@@ -58,7 +58,8 @@ async fn calls_member_sync_and_failover_over_unix_sockets() {
         .get("unix/k", GetOptions::new())
         .await
         .expect("get over a unix socket");
-    assert_eq!(got.kvs[0].value, b"v");
+    let kv = got.first().expect("the key just put");
+    assert_eq!((kv.key_str(), kv.value_str()), (Ok("unix/k"), Ok("v")));
     support::all_healthy(&all).await;
     sleep(SYNC * 5).await;
     let mut urls: Vec<String> = all.endpoints().into_iter().map(|e| e.url).collect();
@@ -104,6 +105,15 @@ async fn calls_member_sync_and_failover_over_unix_sockets() {
         .await
         .expect("get after the socket's member died");
     assert_eq!(got.count, 20);
+    let pairs: Vec<(&str, &str)> = got
+        .kvs_str()
+        .collect::<Result<_, _>>()
+        .expect("UTF-8 keys and values");
+    assert!(
+        pairs
+            .iter()
+            .all(|(k, v)| k.starts_with("unix/after/") && *v == "v")
+    );
 }
 
 #[tokio::test]

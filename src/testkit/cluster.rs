@@ -128,7 +128,7 @@ impl Cluster {
     }
 
     /// The unix socket URL member `i` also serves clients on, e.g.
-    /// "unix:///tmp/.tmpX/m0/client.sock", when the cluster was built with
+    /// "unix:///tmp/etcd-ha-testkit-X/m0/localhost:2379", when the cluster was built with
     /// [`unix_sockets`](super::ClusterBuilder::unix_sockets); else `None`. Panics if `i >= len()`.
     ///
     /// # Example
