@@ -10,6 +10,7 @@
 //	<id> watch <prefix>         -> <id> ev <key> <mod_revision> ... then <id> end <reason>
 //	<id> lease <ttl_seconds>    -> <id> granted <lease_id>, <id> renewed <ttl> ..., <id> end <reason>
 //	<id> alive <lease_id>       -> <id> ok <remaining_ttl> | <id> err <kind>
+//	<id> elect <key>            -> <id> elected, <id> lost <reason>, <id> elected, ... (forever)
 //
 // The client is configured as a careful Go user would: a dial timeout, HTTP/2 keepalive at
 // the shortest interval etcd accepts, and the caller's deadline on every call (a context).
@@ -29,6 +30,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/clientv3"
+	"go.etcd.io/etcd/clientv3/concurrency"
 	"go.etcd.io/etcd/etcdserver/api/v3rpc/rpctypes"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -125,6 +127,8 @@ func run(cli *clientv3.Client, deadline time.Duration, id string, args []string)
 	case args[0] == "lease":
 		ttl, _ := strconv.ParseInt(args[1], 10, 64)
 		lease(cli, deadline, id, ttl)
+	case args[0] == "elect":
+		elect(cli, id, args[1])
 	case args[0] == "alive":
 		lid, _ := strconv.ParseInt(args[1], 10, 64)
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -183,4 +187,34 @@ func lease(cli *clientv3.Client, deadline time.Duration, id string, ttl int64) {
 		say("%s renewed %d", id, r.TTL)
 	}
 	say("%s end channel-closed", id)
+}
+
+// elect holds the leadership of key as a Go service does with clientv3's concurrency package:
+// a session (a lease of 5 s that clientv3 keeps alive), Campaign, and leadership until the
+// session is done (its lease lost or expired); then a new session and a new campaign.
+func elect(cli *clientv3.Client, id, key string) {
+	for {
+		session, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+		if err != nil {
+			say("%s lost session-%s", id, kind(err))
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-session.Done()
+			cancel()
+		}()
+		if err := concurrency.NewElection(session, key).Campaign(ctx, "go-clientv3"); err != nil {
+			say("%s lost campaign-%s", id, kind(err))
+			cancel()
+			session.Close()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		say("%s elected", id)
+		<-session.Done()
+		say("%s lost session-done", id)
+		cancel()
+	}
 }
