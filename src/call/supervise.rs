@@ -211,6 +211,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_leader_bound_stream_can_leave_a_follower_only_for_a_known_leader() {
+        let urls = [
+            "http://127.0.0.1:1".to_owned(),
+            "http://127.0.0.1:2".to_owned(),
+        ];
+        let transport = Transport::unprobed(&urls, crate::options::Options::default());
+        let supervisor = Supervisor::new(&transport);
+        let eps = transport.balancer.endpoints();
+        assert!(!supervisor.leader_elsewhere(&eps[1]), "no leader known");
+        for (i, ep) in eps.iter().enumerate() {
+            let view = crate::endpoint::RaftView {
+                member_id: i as u64 + 1,
+                leader_id: 1,
+                raft_term: 1,
+                cluster_id: 7,
+            };
+            transport.balancer.record_status(ep, view).unwrap();
+        }
+        assert!(supervisor.leader_elsewhere(&eps[1]), "on a follower");
+        assert!(!supervisor.leader_elsewhere(&eps[0]), "on the leader");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn streams_leave_an_ejected_or_leaderless_member_when_another_is_better() {
         let urls = [
             "http://127.0.0.1:1".to_owned(),
