@@ -150,6 +150,20 @@ impl Supervisor {
 }
 
 impl Supervisor {
+    /// Whether another member could take `endpoint`'s stream now: healthy, not suspected, not
+    /// drained. A stream overdue by its member's pace moves only then (with nowhere to go, the
+    /// fixed rules decide).
+    pub(crate) fn healthy_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
+        self.transport.upgrade().is_some_and(|t| {
+            t.balancer.endpoints().iter().any(|e| {
+                !Arc::ptr_eq(e, endpoint)
+                    && !e.is_draining()
+                    && !e.is_suspected()
+                    && e.state() == HealthState::Healthy
+            })
+        })
+    }
+
     /// Whether the client knows a leader and it is not `endpoint`'s member: a leader-bound
     /// stream that leaves `endpoint` goes there.
     pub(crate) fn leader_elsewhere(&self, endpoint: &Endpoint) -> bool {
@@ -231,6 +245,17 @@ mod tests {
         }
         assert!(supervisor.leader_elsewhere(&eps[1]), "on a follower");
         assert!(!supervisor.leader_elsewhere(&eps[0]), "on the leader");
+        // Somewhere healthy to go: only while the other member is healthy and unsuspected.
+        for ep in eps.iter() {
+            ep.on_probe_ok(true, Duration::from_millis(1));
+            ep.on_probe_ok(true, Duration::from_millis(1));
+        }
+        assert!(supervisor.healthy_elsewhere(&eps[0]));
+        eps[1].suspect();
+        assert!(
+            !supervisor.healthy_elsewhere(&eps[0]),
+            "the other is suspected"
+        );
     }
 
     #[tokio::test(start_paused = true)]
