@@ -39,9 +39,11 @@
 //! Each ask also sends the member a Status call on the side (its own HTTP/2 stream): a member
 //! that answers it with R or more before the deadline *vouches* for itself, and the stream
 //! stays. That is the busy member: its answer to the ask is queued behind a large response
-//! (3 MiB of fragments took longer than 100 ms to start under load, and the move ended an idle
-//! watch whose history had been compacted meanwhile). A frozen or black-holed member does not
-//! answer the Status either, and a partitioned one answers it with its old revision.
+//! (3 MiB of fragments can take longer than 100 ms to start on a loaded box), and a needless
+//! move is not free: an idle watch whose history was compacted meanwhile resumes into
+//! `Compacted`, and etcd syncs a watch that resumes from the past only every 100 ms. A frozen
+//! or black-holed member does not answer the Status either, and a partitioned one answers it
+//! with its old revision.
 //!
 //! The same check runs without a new revision when there is another reason to doubt the
 //! member: the periodic liveness probe (every [`PROGRESS_INTERVAL`]), or the member becoming
