@@ -435,7 +435,12 @@ async fn steady_state_hedges_little_and_ejects_nobody() {
             s.ejections,
         );
         assert_eq!(errors, 0, "{callers} callers");
-        assert_eq!(s.ejections, 0, "{callers} callers: healthy members ejected");
+        assert_eq!(
+            s.ejections,
+            0,
+            "{callers} callers: healthy members ejected: {:?}",
+            client.endpoints()
+        );
         assert!(
             overhead <= 2.0,
             "{callers} callers: hedges added {overhead:.2} % requests"

@@ -150,6 +150,20 @@ impl Supervisor {
 }
 
 impl Supervisor {
+    /// Whether another member could take `endpoint`'s stream now: healthy, not suspected, not
+    /// drained. A stream overdue by its member's pace moves only then (with nowhere to go, the
+    /// fixed rules decide).
+    pub(crate) fn healthy_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
+        self.transport.upgrade().is_some_and(|t| {
+            t.balancer.endpoints().iter().any(|e| {
+                !Arc::ptr_eq(e, endpoint)
+                    && !e.is_draining()
+                    && !e.is_suspected()
+                    && e.state() == HealthState::Healthy
+            })
+        })
+    }
+
     /// Whether the client knows a leader and it is not `endpoint`'s member: a leader-bound
     /// stream that leaves `endpoint` goes there.
     pub(crate) fn leader_elsewhere(&self, endpoint: &Endpoint) -> bool {
@@ -207,6 +221,40 @@ mod tests {
                 at: Instant::now(),
                 failures: 0
             }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_bound_stream_can_leave_a_follower_only_for_a_known_leader() {
+        let urls = [
+            "http://127.0.0.1:1".to_owned(),
+            "http://127.0.0.1:2".to_owned(),
+        ];
+        let transport = Transport::unprobed(&urls, crate::options::Options::default());
+        let supervisor = Supervisor::new(&transport);
+        let eps = transport.balancer.endpoints();
+        assert!(!supervisor.leader_elsewhere(&eps[1]), "no leader known");
+        for (i, ep) in eps.iter().enumerate() {
+            let view = crate::endpoint::RaftView {
+                member_id: i as u64 + 1,
+                leader_id: 1,
+                raft_term: 1,
+                cluster_id: 7,
+            };
+            transport.balancer.record_status(ep, view).unwrap();
+        }
+        assert!(supervisor.leader_elsewhere(&eps[1]), "on a follower");
+        assert!(!supervisor.leader_elsewhere(&eps[0]), "on the leader");
+        // Somewhere healthy to go: only while the other member is healthy and unsuspected.
+        for ep in eps.iter() {
+            ep.on_probe_ok(true, Duration::from_millis(1));
+            ep.on_probe_ok(true, Duration::from_millis(1));
+        }
+        assert!(supervisor.healthy_elsewhere(&eps[0]));
+        eps[1].suspect();
+        assert!(
+            !supervisor.healthy_elsewhere(&eps[0]),
+            "the other is suspected"
         );
     }
 

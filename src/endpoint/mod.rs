@@ -501,6 +501,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_new_suspicion_wakes_the_streams_on_the_member_and_health_followers_do_not_hear() {
+        let (changes, _) = tokio::sync::watch::channel(());
+        let mut health = changes.subscribe();
+        let ep = endpoint(changes);
+        let mut news = ep.suspected_news();
+        assert!(ep.suspect());
+        assert!(news.has_changed().unwrap());
+        news.borrow_and_update();
+        // Already suspected: no news.
+        assert!(!ep.suspect());
+        assert!(!news.has_changed().unwrap());
+        // A suspicion is no health transition.
+        assert!(!health.has_changed().unwrap());
+        health.borrow_and_update();
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn health_transitions_wake_subscribers_and_nothing_else_does() {
         let (changes, _) = tokio::sync::watch::channel(());
         let mut seen = changes.subscribe();

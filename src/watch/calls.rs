@@ -1,18 +1,21 @@
 //! The hub's calls besides the stream, run as small tasks that report back: the stream
-//! member's version (does it order progress answers?) and the reload of a compacted watch's
-//! range.
+//! member's version (does it order progress answers?), its revision when the stream lags (is
+//! the member or only the stream slow?) and the reload of a compacted watch's range.
 
 use std::sync::Arc;
 
 use tracing::Instrument;
 
 use super::hub::{HubTask, Internal};
+use super::lag::STALL_CAP;
+use super::link::Up;
 use super::progress::orders_progress;
 use crate::call::supervise::backoff;
 use crate::call::{Call, Deadline, Target, Transport};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::kv::Kv;
+use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::{RangeRequest, StatusRequest};
 use crate::proto::mvccpb::KeyValue;
 use crate::rpc::Rpc;
@@ -68,6 +71,33 @@ impl HubTask {
             }
             .in_current_span(),
         );
+    }
+
+    /// Ask the stream's member for its revision on the side, bounded by the longest stall
+    /// limit; the answer comes back as [`Internal::MemberStatus`] (see `lag.rs`). Straight on
+    /// its channel, like a probe: no retry elsewhere, no blame, no token.
+    pub(super) fn ask_member(&self, up: &Up, sent: tokio::time::Instant) {
+        let mut maintenance = MaintenanceClient::new(up.endpoint.channel.clone());
+        let report = self.internal_tx.clone();
+        let generation = up.generation;
+        let cancel = self.cancel.clone();
+        tokio::spawn(async move {
+            let call = tokio::time::timeout(STALL_CAP, maintenance.status(StatusRequest {}));
+            let answer = tokio::select! {
+                // The client is gone.
+                () = cancel.cancelled() => return,
+                // The answer, an error or the bound.
+                answer = call => answer,
+            };
+            if let Ok(Ok(status)) = answer {
+                let revision = status.get_ref().header.as_ref().map_or(0, |h| h.revision);
+                let _ = report.send(Internal::MemberStatus {
+                    generation,
+                    sent,
+                    revision,
+                });
+            }
+        });
     }
 
     /// Read the current state of a watch's range (after its history was compacted), retrying

@@ -244,6 +244,12 @@ pub(super) enum Internal {
     Version { generation: u64, ordered: bool },
     /// The permission check of a watch refused again after a renewal finished.
     Permission { key: u64, result: Result<()> },
+    /// The stream `generation`'s member answered a Status sent at `sent` (see `lag.rs`).
+    MemberStatus {
+        generation: u64,
+        sent: Instant,
+        revision: i64,
+    },
     /// A reload finished.
     Reloaded {
         key: u64,
@@ -453,6 +459,17 @@ impl HubTask {
                 }
             }
             Internal::Permission { key, result } => self.permission_checked(key, result, link),
+            Internal::MemberStatus {
+                generation,
+                sent,
+                revision,
+            } => {
+                if let Link::Up(up) = link
+                    && up.generation == generation
+                {
+                    up.lag.member_status(revision, sent);
+                }
+            }
             Internal::Reloaded { key, result } => {
                 if !self
                     .entries

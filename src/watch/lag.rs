@@ -36,6 +36,15 @@
 //!    (`resume.rs`: nothing lost, nothing repeated). The member is not blamed: ejection stays
 //!    with the probers and the fixed silence limit, which remain the upper bounds.
 //!
+//! Each ask also sends the member a Status call on the side (its own HTTP/2 stream): a member
+//! that answers it with R or more before the deadline *vouches* for itself, and the stream
+//! stays. That is the busy member: its answer to the ask is queued behind a large response
+//! (3 MiB of fragments can take longer than 100 ms to start on a loaded box), and a needless
+//! move is not free: an idle watch whose history was compacted meanwhile resumes into
+//! `Compacted`, and etcd syncs a watch that resumes from the past only every 100 ms. A frozen
+//! or black-holed member does not answer the Status either, and a partitioned one answers it
+//! with its old revision.
+//!
 //! The same check runs without a new revision when there is another reason to doubt the
 //! member: the periodic liveness probe (every [`PROGRESS_INTERVAL`]), or the member becoming
 //! suspected by the unary calls (a hedged read). Then any answer after the ask will do.
@@ -100,6 +109,9 @@ pub(crate) enum Verdict {
     Ask,
     /// It did not keep up within the member's stall limit: move it.
     Stalled,
+    /// It did not keep up, but its member answered a Status with the revision owed: the
+    /// member is alive and current, the stream only slow; stay.
+    Vouched,
 }
 
 /// A check under way: the stream must show `need` by `deadline`.
@@ -115,6 +127,9 @@ struct Check {
     asked: Option<Instant>,
     /// Past this, the stream is stalled; set by the first ask.
     deadline: Option<Instant>,
+    /// The member answered a Status sent after `since` with `need` or more: it is alive and
+    /// current, only the stream is slow.
+    vouched: bool,
 }
 
 /// One stream's lag behind the client's view of the cluster.
@@ -185,6 +200,7 @@ impl Lag {
                     ask_at: Some(now),
                     asked: None,
                     deadline: None,
+                    vouched: false,
                 })
             }
         }
@@ -200,6 +216,7 @@ impl Lag {
                 ask_at: Some(now + ASK_AFTER),
                 asked: None,
                 deadline: None,
+                vouched: false,
             });
         }
         let limit = self.stall_limit(hint);
@@ -207,8 +224,13 @@ impl Lag {
             return Verdict::Nothing;
         };
         if check.deadline.is_some_and(|d| now >= d) {
+            let vouched = check.vouched;
             self.check = None;
-            return Verdict::Stalled;
+            return if vouched {
+                Verdict::Vouched
+            } else {
+                Verdict::Stalled
+            };
         }
         if check.ask_at.is_some_and(|at| now >= at) {
             check.ask_at = None;
@@ -217,6 +239,16 @@ impl Lag {
             return Verdict::Ask;
         }
         Verdict::Nothing
+    }
+
+    /// The member answered a Status sent at `sent` with `revision`.
+    pub(crate) fn member_status(&mut self, revision: i64, sent: Instant) {
+        if let Some(check) = &mut self.check
+            && sent >= check.since
+            && revision >= check.need
+        {
+            check.vouched = true;
+        }
     }
 
     /// When [`poll`](Self::poll) next has something to say (barring new answers or
@@ -356,6 +388,43 @@ mod tests {
             tokio::time::advance(rtt).await;
             lag.answered(lag.shown(), Instant::now());
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_member_that_answers_a_status_with_the_revision_stays() {
+        let mut lag = Lag::new();
+        lag.answered(10, Instant::now());
+        lag.poll(11, FAST, Instant::now());
+        tokio::time::advance(ASK_AFTER).await;
+        assert_eq!(lag.poll(11, FAST, Instant::now()), Verdict::Ask);
+        let sent = Instant::now();
+        // A partitioned member's old revision vouches for nothing...
+        lag.member_status(10, sent);
+        // ...a current one does.
+        lag.member_status(11, sent);
+        tokio::time::advance(STALL_FLOOR).await;
+        assert_eq!(lag.poll(11, FAST, Instant::now()), Verdict::Vouched);
+        // The next check starts afresh (and must be vouched for again).
+        tokio::time::advance(ms(1)).await;
+        assert_eq!(lag.poll(11, FAST, Instant::now()), Verdict::Nothing);
+        tokio::time::advance(ASK_AFTER).await;
+        assert_eq!(lag.poll(11, FAST, Instant::now()), Verdict::Ask);
+        lag.member_status(10, Instant::now());
+        tokio::time::advance(STALL_FLOOR).await;
+        assert_eq!(lag.poll(11, FAST, Instant::now()), Verdict::Stalled);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_sent_before_the_check_vouches_for_nothing() {
+        let mut lag = Lag::new();
+        lag.answered(10, Instant::now());
+        let early = Instant::now();
+        tokio::time::advance(ms(1)).await;
+        lag.doubt(Instant::now());
+        assert_eq!(lag.poll(10, FAST, Instant::now()), Verdict::Ask);
+        lag.member_status(10, early);
+        tokio::time::advance(STALL_FLOOR).await;
+        assert_eq!(lag.poll(10, FAST, Instant::now()), Verdict::Stalled);
     }
 
     #[tokio::test(start_paused = true)]

@@ -193,7 +193,24 @@ impl HubTask {
                     .max(*self.probed.borrow());
                 let hint = up.endpoint.pace_hint();
                 match up.lag.poll(seen, hint, now) {
-                    Verdict::Ask => self.probe(&mut up, now),
+                    Verdict::Ask => {
+                        self.probe(&mut up, now);
+                        self.ask_member(&up, now);
+                    }
+                    Verdict::Vouched => {
+                        tracing::debug!(
+                            endpoint = %up.endpoint.url,
+                            "watch stream slow, but its member is current; staying",
+                        );
+                    }
+                    Verdict::Stalled if !self.supervisor.healthy_elsewhere(&up.endpoint) => {
+                        // Nowhere better to go: suspected, and the fixed rules decide.
+                        tracing::debug!(
+                            endpoint = %up.endpoint.url,
+                            "watch stream overdue, but no other member is healthy; staying",
+                        );
+                        up.endpoint.suspect();
+                    }
                     Verdict::Stalled => {
                         tracing::warn!(
                             endpoint = %up.endpoint.url,
