@@ -174,6 +174,8 @@ impl LeaseHandle {
 
 /// A connected client: its calls, and its watch and lease services.
 pub struct Connected {
+    /// etcd-ha's client itself, for the operator's side (drain); `None` for the others.
+    pub ha: Option<etcd_ha::Client>,
     /// The put and get calls.
     pub client: BenchClient,
     /// The watch service on the same connections.
@@ -195,6 +197,7 @@ impl BenchClient {
         prefix: &str,
         deadline: Duration,
     ) -> Result<Connected, String> {
+        let mut ha = None;
         let (client, watch, lease) = match kind {
             ClientKind::EtcdHa => {
                 let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
@@ -202,7 +205,9 @@ impl BenchClient {
                     .map_err(|e| format!("etcd-ha could not connect: {e}"))?;
                 let lease = LeaseHandle::Ha(client.keeper());
                 let watch = WatchHandle::Ha(client.watch());
-                (BenchClient::Ha(client.kv()), watch, lease)
+                let kv = client.kv();
+                ha = Some(client);
+                (BenchClient::Ha(kv), watch, lease)
             }
             ClientKind::EtcdClientDefault
             | ClientKind::EtcdClientTuned
@@ -240,6 +245,7 @@ impl BenchClient {
             .await
             .map_err(|kind| format!("first put of {marker} failed: {kind}"))?;
         Ok(Connected {
+            ha,
             client,
             watch,
             lease,

@@ -22,6 +22,7 @@
 //! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
 //! election.rs     the cluster's own re-election time, from Status polls
 //! lease.rs        the lease probe: each client keeps a lease through the fault
+//! maintenance.rs  the planned-maintenance scripts: MoveLeader(s), graceful rolling restarts, drain
 //! metrics.rs      one loop's samples -> throughput, gaps, errors, recovery, latency
 //! stats.rs        repeated trials -> median / p90 / max, merged latency histograms
 //! verify.rs       read-back of every put: lost, ambiguous, applied twice
@@ -41,6 +42,7 @@ pub mod cli;
 pub mod clients;
 pub mod election;
 pub mod lease;
+pub mod maintenance;
 pub mod metrics;
 pub mod plan;
 pub mod progress;

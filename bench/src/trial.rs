@@ -108,7 +108,14 @@ pub struct TrialSpec<'a> {
 
 /// Runs one trial; errors if its site cannot be prepared.
 pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord, String> {
-    let timing = spec.timing;
+    // A scripted fault may need a longer window than the run's (a rolling restart).
+    let asked = spec.timing;
+    let window = spec.fault.window(asked.window);
+    let timing = if window == asked.window {
+        asked
+    } else {
+        Timing::new(window, asked.deadline)
+    };
     progress.phase("preparing the cluster");
     let mut site = Site::prepare(spec.fault).await?;
     let prefix = |kind: ClientKind| format!("{}{}/", spec.key_root, kind.name());
@@ -182,7 +189,13 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
         tokio::spawn(election::measure(watched, rule, injected, window_end))
     });
     let follow_up = match injected_ok {
-        Ok(()) => site.follow_up(injected, timing.hold).await,
+        Ok(()) => {
+            // The etcd-ha client under test, for the scenarios that drain with it.
+            let drainer = connected
+                .iter()
+                .find_map(|c| c.as_ref().ok().and_then(|c| c.ha.as_ref()));
+            site.follow_up(injected, timing.hold, drainer).await
+        }
         Err(e) => Err(e),
     };
     let (healed, fault_error) = match follow_up {

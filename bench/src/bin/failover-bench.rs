@@ -5,7 +5,7 @@ use clap::Parser;
 use etcd_ha_bench::cli::{Args, Format};
 use etcd_ha_bench::plan;
 use etcd_ha_bench::progress::Progress;
-use etcd_ha_bench::report::{Report, Settings, table};
+use etcd_ha_bench::report::{Report, Settings, planned, table};
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -32,6 +32,7 @@ fn main() -> std::process::ExitCode {
             for run in &report.scenarios {
                 print!("{}", table::block(run));
             }
+            print!("{}", planned::text(&report));
         }
         Format::Json => println!("{}", report.summary_json()),
         Format::Markdown => {

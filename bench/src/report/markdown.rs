@@ -33,6 +33,7 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
     for c in &s.clients {
         let _ = writeln!(out, "| {} | {} |", c.client.name(), c.options);
     }
+    out.push_str(&crate::report::planned::markdown(report));
     for run in &report.scenarios {
         let _ = writeln!(
             out,
