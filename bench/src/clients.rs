@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use tokio::time::Instant;
 
+use crate::leadership::Held;
 use crate::lease::Kept;
 use crate::retry::{self, Op};
 use crate::watch::Watched;
@@ -172,7 +173,37 @@ impl LeaseHandle {
     }
 }
 
-/// A connected client: its calls, and its watch and lease services.
+/// A client's election side, for the leadership probe ([`crate::leadership`]).
+#[derive(Clone)]
+pub enum LeadershipHandle {
+    /// etcd-ha's client, for its `Leadership`.
+    Ha(etcd_ha::Client),
+    /// etcd-client's client, for its lease and election API; `resume` for the application's
+    /// keep-alive loop that reopens its stream.
+    Ec {
+        /// The crate's client.
+        client: Box<etcd_client::Client>,
+        /// True if the application opens the keep-alive stream again after it fails.
+        resume: bool,
+    },
+}
+
+impl LeadershipHandle {
+    /// Holds the leadership of `key` until `until` (campaigning again after each loss), times
+    /// measured from `start`.
+    pub async fn hold(self, key: String, start: Instant, until: Instant) -> Held {
+        match self {
+            LeadershipHandle::Ha(client) => {
+                crate::leadership::hold_ha(client, key, start, until).await
+            }
+            LeadershipHandle::Ec { client, resume } => {
+                crate::leadership::hold_ec(*client, key, start, until, resume).await
+            }
+        }
+    }
+}
+
+/// A connected client: its calls, and its watch, lease and election services.
 pub struct Connected {
     /// etcd-ha's client itself, for the operator's side (drain); `None` for the others.
     pub ha: Option<etcd_ha::Client>,
@@ -182,6 +213,8 @@ pub struct Connected {
     pub watch: WatchHandle,
     /// The lease service on the same connections.
     pub lease: LeaseHandle,
+    /// The election side on the same connections.
+    pub leadership: LeadershipHandle,
 }
 
 /// What reached the caller when a call failed: a short, stable kind ("Timeout",
@@ -198,7 +231,7 @@ impl BenchClient {
         deadline: Duration,
     ) -> Result<Connected, String> {
         let mut ha = None;
-        let (client, watch, lease) = match kind {
+        let (client, watch, lease, leadership) = match kind {
             ClientKind::EtcdHa => {
                 let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
                     .await
@@ -206,8 +239,9 @@ impl BenchClient {
                 let lease = LeaseHandle::Ha(client.keeper());
                 let watch = WatchHandle::Ha(client.watch());
                 let kv = client.kv();
+                let leadership = LeadershipHandle::Ha(client.clone());
                 ha = Some(client);
-                (BenchClient::Ha(kv), watch, lease)
+                (BenchClient::Ha(kv), watch, lease, leadership)
             }
             ClientKind::EtcdClientDefault
             | ClientKind::EtcdClientTuned
@@ -226,15 +260,19 @@ impl BenchClient {
                     client: Box::new(client.lease_client()),
                     resume,
                 };
+                let leadership = LeadershipHandle::Ec {
+                    client: Box::new(client.clone()),
+                    resume,
+                };
                 if resume {
                     let attempt_timeout = retry::attempt_timeout(deadline);
                     let client = BenchClient::Retrying {
                         kv,
                         attempt_timeout,
                     };
-                    (client, watch, lease)
+                    (client, watch, lease, leadership)
                 } else {
-                    (BenchClient::Baseline(kv), watch, lease)
+                    (BenchClient::Baseline(kv), watch, lease, leadership)
                 }
             }
         };
@@ -249,6 +287,7 @@ impl BenchClient {
             client,
             watch,
             lease,
+            leadership,
         })
     }
 

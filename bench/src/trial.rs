@@ -7,8 +7,8 @@
 //!   inject fault -> re-election poller starts -> follow-up script (thaw, heal, restart)
 //!   | fault window
 //! loops stop starting calls -> in-flight calls end (<= deadline) -> settle -> read back
-//! (all along: the watch probe's writer, each client's watch of its writes, and each client's
-//! kept lease, whose existence is checked at the read-back)
+//! (all along: the watch probe's writer, each client's watch of its writes, each client's
+//! kept lease, whose existence is checked at the read-back, and each client's leadership)
 //! ```
 
 use std::time::Duration;
@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::clients::{BenchClient, ClientKind};
 use crate::election::{self, Rule};
+use crate::leadership::LeadershipMetrics;
 use crate::lease::LeaseMetrics;
 use crate::metrics::{self, LoopMetrics, Phases};
 use crate::plan::Timing;
@@ -63,6 +64,8 @@ pub struct ClientTrial {
     pub watch: Option<WatchMetrics>,
     /// How it kept its lease.
     pub lease: Option<LeaseMetrics>,
+    /// How it held its leadership.
+    pub leadership: Option<LeadershipMetrics>,
 }
 
 /// Everything one trial measured.
@@ -141,6 +144,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let watch_until = window_end + WATCH_DRAIN;
     let mut watchers = Vec::new();
     let mut keepers = Vec::new();
+    let mut holders = Vec::new();
     let mut loops = Vec::new();
     for (&kind, connected) in spec.clients.iter().zip(&connected) {
         let Ok(connected) = connected else { continue };
@@ -153,6 +157,13 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
         )));
         keepers.push(tokio::spawn(
             connected.lease.clone().keep(start, window_end),
+        ));
+        let election = format!("{}leader/{}", spec.key_root, kind.name());
+        holders.push(tokio::spawn(
+            connected
+                .leadership
+                .clone()
+                .hold(election, start, window_end),
         ));
         let client = &connected.client;
         for loop_kind in LoopKind::ALL {
@@ -220,6 +231,10 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     for task in keepers {
         kept.push(task.await.expect("a lease keeper panicked"));
     }
+    let mut holds = Vec::new();
+    for task in holders {
+        holds.push(task.await.expect("a leadership holder panicked"));
+    }
     let reelection = match poller {
         Some(task) => task.await.expect("the re-election poller panicked"),
         None => None,
@@ -239,12 +254,16 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let mut samples = samples.into_iter();
     let mut watched = watched.into_iter();
     let mut kept = kept.into_iter();
+    let mut holds = holds.into_iter();
     for (&kind, error) in spec.clients.iter().zip(connect_errors) {
         let mut loops = Vec::new();
         let mut read_back = Correctness::default();
         let mut watch = None;
         let mut lease = None;
+        let mut leadership = None;
         if error.is_none() {
+            let held = holds.next().expect("one holder per connected client");
+            leadership = Some(crate::leadership::evaluate(held, phases.fault_us));
             let keeper = kept.next().expect("one keeper per connected client");
             let gone = match keeper.lease_id {
                 Some(id) => crate::lease::is_gone(&site.endpoints, id).await,
@@ -273,6 +292,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
             read_back,
             watch,
             lease,
+            leadership,
         });
     }
     if site.is_external() {

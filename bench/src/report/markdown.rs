@@ -149,6 +149,26 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
                 l.trials
             );
         }
+        let _ = write!(
+            out,
+            "\nLeadership (TTL {} s; etcd-ha's `Leadership`, etcd-client's election API on a kept \
+             lease; campaigns again after a loss): kept: trials in which it held at the fault \
+             and never lost it; lost after: fault -> the loss; new holder: fault -> leading \
+             again.\n\n\
+             | client | kept | lost after [ms] | new holder [ms] |\n|---|---|---|---|\n",
+            LEASE_TTL.as_secs()
+        );
+        for l in &run.summary.leaderships {
+            let _ = writeln!(
+                out,
+                "| {} | {}/{} | {} | {} |",
+                l.client.name(),
+                l.kept,
+                l.trials,
+                triple(l.lost_after_ms, 0, 0),
+                triple(l.new_holder_ms, 0, l.new_holder_never),
+            );
+        }
         if let Some((_, _, name)) = svgs
             .iter()
             .find(|(scenario, load, _)| *scenario == run.scenario && *load == run.load)

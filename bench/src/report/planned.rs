@@ -22,12 +22,18 @@ pub struct PlannedRow {
     pub load: Load,
     /// Which client.
     pub client: ClientKind,
-    /// Errors that reached the caller, all three loops together, per trial.
+    /// Errors that reached the caller in the fault window, all three loops together, per
+    /// trial.
     pub errors: Option<Spread>,
     /// Of those, the puts', per trial.
     pub put_errors: Option<Spread>,
+    /// Errors that reached the caller in the warm-up, before any fault: what the load alone
+    /// costs on this machine (a saturated box misses deadlines with no fault at all).
+    pub warmup_errors: Option<Spread>,
     /// The longest gap without a success of the client's worst loop, per trial, in ms.
     pub longest_gap_ms: Option<Spread>,
+    /// Trials in which its leadership holder kept the leadership, of those it held one.
+    pub leadership_kept: (usize, usize),
 }
 
 /// The rows of every planned scenario of `report`, in run order.
@@ -43,21 +49,28 @@ pub fn rows(report: &Report) -> Vec<PlannedRow> {
 
 /// The row of `client` in `run`.
 fn row(run: &ScenarioRun, client: ClientKind) -> PlannedRow {
-    let loops: Vec<_> = run
+    let trials: Vec<_> = run
         .trials
         .iter()
-        .filter_map(|t| t.clients.iter().find(|c| c.client == client))
-        .filter(|c| c.error.is_none())
-        .map(|c| &c.loops)
+        .filter_map(|t| Some((t, t.clients.iter().find(|c| c.client == client)?)))
+        .filter(|(_, c)| c.error.is_none())
+        .map(|(t, c)| (t.phases.fault(), &c.loops))
         .collect();
+    let loops: Vec<_> = trials.iter().map(|(_, ls)| *ls).collect();
     let errors = loops
         .iter()
-        .map(|ls| ls.iter().map(|l| l.metrics.errors).sum::<u64>() as f64);
+        .map(|ls| ls.iter().map(|l| l.metrics.errors_in_window).sum::<u64>() as f64);
     let put_errors = loops.iter().map(|ls| {
         ls.iter()
             .filter(|l| l.kind == LoopKind::Put)
-            .map(|l| l.metrics.errors)
+            .map(|l| l.metrics.errors_in_window)
             .sum::<u64>() as f64
+    });
+    let warmup_errors = trials.iter().map(|(fault, ls)| {
+        ls.iter()
+            .flat_map(|l| &l.samples)
+            .filter(|s| s.error.is_some() && s.finished() < *fault)
+            .count() as f64
     });
     let gaps = loops.iter().map(|ls| {
         ls.iter()
@@ -70,7 +83,14 @@ fn row(run: &ScenarioRun, client: ClientKind) -> PlannedRow {
         client,
         errors: Spread::of(errors),
         put_errors: Spread::of(put_errors),
+        warmup_errors: Spread::of(warmup_errors),
         longest_gap_ms: Spread::of(gaps),
+        leadership_kept: run
+            .summary
+            .leaderships
+            .iter()
+            .find(|l| l.client == client)
+            .map_or((0, 0), |l| (l.kept, l.trials)),
     }
 }
 
@@ -84,9 +104,10 @@ fn median_max(spread: Option<Spread>) -> String {
 
 /// The legend under both renderings.
 const LEGEND: &str = "Cells are median/max over the trials. errors: calls whose error reached \
-the caller, the put, linearizable get and serializable get loops together (puts: the put loop's \
-share); gap: the longest time without a success in the fault window, of the client's worst loop. \
-In rolling-drain only etcd-ha drains; the etcd-client clients see the same SIGTERMs unwarned.";
+the caller in the fault window, the put, linearizable get and serializable get loops together \
+(puts: the put loop's share); warm-up: the same before the fault, what the load alone costs on \
+this machine; gap: the longest time without a success in the fault window, of the client's worst loop; \
+holder kept: trials whose leadership holder kept it through the whole event. In rolling-drain only etcd-ha drains; the etcd-client clients see the same SIGTERMs unwarned.";
 
 /// The table on the terminal; empty when the run had no planned scenario.
 pub fn text(report: &Report) -> String {
@@ -98,19 +119,21 @@ pub fn text(report: &Report) -> String {
     let _ = writeln!(out, "{LEGEND}");
     let _ = writeln!(
         out,
-        "{:<16} {:>12} {:<24} {:>12} {:>12} {:>14}",
-        "scenario", "in flight", "client", "errors", "puts", "gap [ms]"
+        "{:<16} {:>12} {:<24} {:>12} {:>12} {:>12} {:>14} {:>12}",
+        "scenario", "in flight", "client", "errors", "puts", "warm-up", "gap [ms]", "holder kept"
     );
     for r in &rows {
         let _ = writeln!(
             out,
-            "{:<16} {:>12} {:<24} {:>12} {:>12} {:>14}",
+            "{:<16} {:>12} {:<24} {:>12} {:>12} {:>12} {:>14} {:>12}",
             r.scenario,
             r.load.label(),
             r.client.name(),
             median_max(r.errors),
             median_max(r.put_errors),
+            median_max(r.warmup_errors),
             median_max(r.longest_gap_ms),
+            format!("{}/{}", r.leadership_kept.0, r.leadership_kept.1),
         );
     }
     out
@@ -124,19 +147,22 @@ pub fn markdown(report: &Report) -> String {
     }
     let mut out = format!(
         "\n## Planned maintenance\n\n{LEGEND}\n\n\
-         | scenario | load | client | errors | of which puts | longest gap [ms] |\n\
-         |---|---|---|---|---|---|\n"
+         | scenario | load | client | errors | of which puts | warm-up errors | longest gap [ms] | \
+         holder kept |\n|---|---|---|---|---|---|---|---|\n"
     );
     for r in &rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {}/{} |",
             r.scenario,
             r.load.label(),
             r.client.name(),
             median_max(r.errors),
             median_max(r.put_errors),
+            median_max(r.warmup_errors),
             median_max(r.longest_gap_ms),
+            r.leadership_kept.0,
+            r.leadership_kept.1,
         );
     }
     out

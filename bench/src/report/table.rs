@@ -48,7 +48,11 @@ pub fn legend(report: &Report) -> String {
          ms); 1st event: fault -> first event of a write started after it; lost: acknowledged \
          writes never delivered; ended: trials whose watch stopped for good.\n\
          lease: each client keeps a lease; 1st renewal: fault -> answer of the first renewal \
-         sent after it; lost: trials whose lease was gone at the end.\n",
+         sent after it; lost: trials whose lease was gone at the end.\n\
+         leadership: each client holds a leadership (etcd-ha's Leadership; etcd-client's \
+         election API on a kept lease) and campaigns again when it loses it; kept: trials in \
+         which it held it at the fault and never lost it; lost after: fault -> the loss; new \
+         holder: fault -> leading again.\n",
         report.settings.trials,
         t.deadline.as_secs_f64() * 1000.0,
         t.warmup.as_secs_f64(),
@@ -163,6 +167,26 @@ pub fn block(run: &ScenarioRun) -> String {
             "lease",
             triple(l.first_renewal_ms, 0, l.first_renewal_never),
             format!("{}/{}", l.lost, l.trials),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<24} {:<17} {:>18} {:>18} {:>15}",
+        format!("leadership (TTL {} s)", LEASE_TTL.as_secs()),
+        "",
+        "kept",
+        "lost after [ms]",
+        "new holder [ms]"
+    );
+    for l in &run.summary.leaderships {
+        let _ = writeln!(
+            out,
+            "{:<24} {:<17} {:>18} {:>18} {:>15}",
+            l.client.name(),
+            "leadership",
+            format!("{}/{}", l.kept, l.trials),
+            triple(l.lost_after_ms, 0, 0),
+            triple(l.new_holder_ms, 0, l.new_holder_never),
         );
     }
     out
