@@ -1,7 +1,7 @@
 //! The clients under test, behind one small interface: connect, put, linearizable get,
 //! serializable get, each reporting success or a short error kind.
 //!
-//! Four clients can run side by side in every trial:
+//! Four clients run side by side in every trial, a fifth when asked for:
 //!
 //! - `etcd-ha` with [`etcd_ha::Options::default`]: what this crate ships.
 //! - `etcd-client-default`: the `etcd-client` crate as `Client::connect(endpoints, None)`: no
@@ -9,6 +9,8 @@
 //! - `etcd-client-tuned`: what a careful user of etcd-client configures (see [`tuned_options`]).
 //! - `etcd-client-tuned-retry`: the tuned client inside the retry loop a careful application
 //!   writes around it (see [`crate::retry`]).
+//! - `go-clientv3`, only when asked for: etcd's own Go client (see [`crate::goclient`]), put
+//!   and get loops only.
 
 use std::time::Duration;
 
@@ -34,10 +36,13 @@ pub enum ClientKind {
     EtcdClientTuned,
     /// The tuned `etcd-client` inside an application's retry loop.
     EtcdClientTunedRetry,
+    /// Go's clientv3 (etcd 3.4) in a driver process; only when asked for.
+    GoClientv3,
 }
 
 impl ClientKind {
-    /// Every client, in the order the report lists them.
+    /// The clients of a run that names none, in the order the report lists them (Go's
+    /// clientv3 needs a Go toolchain and is run only when asked for).
     pub const ALL: [ClientKind; 4] = [
         ClientKind::EtcdHa,
         ClientKind::EtcdClientDefault,
@@ -52,6 +57,7 @@ impl ClientKind {
             ClientKind::EtcdClientDefault => "etcd-client-default",
             ClientKind::EtcdClientTuned => "etcd-client-tuned",
             ClientKind::EtcdClientTunedRetry => "etcd-client-tuned-retry",
+            ClientKind::GoClientv3 => "go-clientv3",
         }
     }
 
@@ -66,6 +72,10 @@ impl ClientKind {
                 tuned_description(),
                 retry::describe(retry::attempt_timeout(deadline))
             ),
+            ClientKind::GoClientv3 => "clientv3 of etcd 3.4 (Debian's golang-etcd-server-dev) \
+                                       with Config{DialTimeout: 5s}, the caller's deadline as \
+                                       each call's context; puts and gets only"
+                .to_string(),
         }
     }
 }
@@ -112,6 +122,13 @@ pub enum BenchClient {
     Ha(etcd_ha::Kv),
     /// etcd-client's KV client, default or tuned, called once per call.
     Baseline(Box<etcd_client::KvClient>),
+    /// Go's clientv3 in its driver process, with the caller's deadline for the Go side.
+    Go {
+        /// The driver.
+        client: crate::goclient::GoClient,
+        /// The caller's bound on each call.
+        deadline: Duration,
+    },
     /// The tuned etcd-client inside the application's retry loop.
     Retrying {
         /// The tuned KV client.
@@ -203,18 +220,19 @@ impl LeadershipHandle {
     }
 }
 
-/// A connected client: its calls, and its watch, lease and election services.
+/// A connected client: its calls, and its watch, lease and election services (`None` for
+/// Go's clientv3, which runs the loops only).
 pub struct Connected {
     /// etcd-ha's client itself, for the operator's side (drain); `None` for the others.
     pub ha: Option<etcd_ha::Client>,
     /// The put and get calls.
     pub client: BenchClient,
     /// The watch service on the same connections.
-    pub watch: WatchHandle,
+    pub watch: Option<WatchHandle>,
     /// The lease service on the same connections.
-    pub lease: LeaseHandle,
+    pub lease: Option<LeaseHandle>,
     /// The election side on the same connections.
-    pub leadership: LeadershipHandle,
+    pub leadership: Option<LeadershipHandle>,
 }
 
 /// What reached the caller when a call failed: a short, stable kind ("Timeout",
@@ -241,7 +259,12 @@ impl BenchClient {
                 let kv = client.kv();
                 let leadership = LeadershipHandle::Ha(client.clone());
                 ha = Some(client);
-                (BenchClient::Ha(kv), watch, lease, leadership)
+                (
+                    BenchClient::Ha(kv),
+                    Some(watch),
+                    Some(lease),
+                    Some(leadership),
+                )
             }
             ClientKind::EtcdClientDefault
             | ClientKind::EtcdClientTuned
@@ -270,10 +293,15 @@ impl BenchClient {
                         kv,
                         attempt_timeout,
                     };
-                    (client, watch, lease, leadership)
+                    (client, Some(watch), Some(lease), Some(leadership))
                 } else {
-                    (BenchClient::Baseline(kv), watch, lease, leadership)
+                    let client = BenchClient::Baseline(kv);
+                    (client, Some(watch), Some(lease), Some(leadership))
                 }
+            }
+            ClientKind::GoClientv3 => {
+                let client = crate::goclient::GoClient::connect(endpoints).await?;
+                (BenchClient::Go { client, deadline }, None, None, None)
             }
         };
         let marker = format!("{prefix}marker");
@@ -300,6 +328,7 @@ impl BenchClient {
                 .map(drop)
                 .map_err(|e| ha_kind(&e)),
             BenchClient::Baseline(kv) => ec_put(kv, key, value).await.map_err(|e| ec_kind(&e)),
+            BenchClient::Go { client, deadline } => client.put(&key, &value, *deadline).await,
             BenchClient::Retrying {
                 kv,
                 attempt_timeout,
@@ -327,6 +356,7 @@ impl BenchClient {
             BenchClient::Baseline(kv) => {
                 ec_get(kv, key, serializable).await.map_err(|e| ec_kind(&e))
             }
+            BenchClient::Go { client, deadline } => client.get(&key, serializable, *deadline).await,
             BenchClient::Retrying {
                 kv,
                 attempt_timeout,

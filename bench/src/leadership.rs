@@ -128,7 +128,13 @@ pub async fn hold_ec(
         // The session: its lease renewed in the background; `alive` carries the instant the
         // holder's belief in it runs out.
         let (alive, belief) = watch::channel(granted + LEASE_TTL);
-        let keeper = tokio::spawn(keep_session(client.lease_client(), id, until, resume, alive));
+        let keeper = tokio::spawn(keep_session(
+            client.lease_client(),
+            id,
+            until,
+            resume,
+            alive,
+        ));
         let mut election = client.election_client();
         let campaign = election.campaign(name.clone(), "etcd-ha-bench", id);
         let won = tokio::time::timeout_at(until, campaign).await;

@@ -23,6 +23,7 @@
 //! retry.rs        the retry loop a careful application writes around etcd-client
 //! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
 //! election.rs     the cluster's own re-election time, from Status polls
+//! goclient.rs     Go's clientv3 as an optional client: a driver (go/driver.go) built offline
 //! leadership.rs   the leadership probe: each client holds a leadership through the fault
 //! lease.rs        the lease probe: each client keeps a lease through the fault
 //! maintenance.rs  the planned-maintenance scripts: MoveLeader(s), graceful rolling restarts, drain
@@ -44,6 +45,7 @@
 pub mod cli;
 pub mod clients;
 pub mod election;
+pub mod goclient;
 pub mod leadership;
 pub mod lease;
 pub mod maintenance;

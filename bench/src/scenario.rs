@@ -303,7 +303,9 @@ impl Scenario {
                 tokio::time::sleep_until(injected + hold).await;
                 rig.cluster.restart(target()).await.map_err(text)?;
             }
-            Scenario::RollingSigterm => maintenance::rolling_sigterm(&mut rig.cluster, None).await?,
+            Scenario::RollingSigterm => {
+                maintenance::rolling_sigterm(&mut rig.cluster, None).await?
+            }
             Scenario::RollingDrain => {
                 maintenance::rolling_sigterm(&mut rig.cluster, drainer).await?;
             }
@@ -363,5 +365,42 @@ impl Rig {
         self.proxy
             .as_ref()
             .expect("this scenario runs behind a proxy")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_set_is_every_scenario_but_the_long_planned_ones() {
+        let left_out: Vec<_> = Scenario::ALL
+            .iter()
+            .filter(|s| !Scenario::DEFAULT.contains(s))
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(
+            left_out,
+            [
+                "leader-moves",
+                "leader-sigterm",
+                "rolling-sigterm",
+                "rolling-drain"
+            ]
+        );
+        assert!(left_out.iter().all(|name| {
+            let s = Scenario::ALL.iter().find(|s| s.name() == *name).unwrap();
+            s.is_planned()
+        }));
+    }
+
+    #[test]
+    fn rolling_restarts_get_a_window_their_script_fits_in() {
+        let asked = Duration::from_secs(7);
+        assert_eq!(Scenario::RollingSigterm.window(asked), ROLLING_WINDOW);
+        assert_eq!(Scenario::RollingDrain.window(asked), ROLLING_WINDOW);
+        assert_eq!(Scenario::LeaderSigterm.window(asked), asked);
+        let longer = Duration::from_secs(30);
+        assert_eq!(Scenario::RollingDrain.window(longer), longer);
     }
 }

@@ -118,6 +118,9 @@ pub struct LeadershipSummary {
     pub client: ClientKind,
     /// Trials in which it held a leadership.
     pub trials: usize,
+    /// Trials in which it held the leadership at the fault (on a saturated machine the first
+    /// campaign may not have won by then).
+    pub held_at_fault: usize,
     /// Trials in which it held at the fault and never lost it.
     pub kept: usize,
     /// Fault -> the first loss after it, over the trials that lost it.
@@ -281,11 +284,10 @@ pub fn summarize(trials: &[TrialRecord], clients: &[ClientKind]) -> ScenarioSumm
             LeadershipSummary {
                 client,
                 trials: runs.len(),
+                held_at_fault: runs.iter().filter(|l| l.held_at_fault).count(),
                 kept: runs.iter().filter(|l| l.kept).count(),
                 lost_after_ms: Spread::of(runs.iter().filter_map(|l| l.lost_after_fault_ms)),
-                new_holder_ms: Spread::of(
-                    runs.iter().filter_map(|l| l.new_holder_after_fault_ms),
-                ),
+                new_holder_ms: Spread::of(runs.iter().filter_map(|l| l.new_holder_after_fault_ms)),
                 new_holder_never: runs
                     .iter()
                     .filter(|l| !l.kept && l.new_holder_after_fault_ms.is_none())

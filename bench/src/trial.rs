@@ -148,23 +148,26 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let mut loops = Vec::new();
     for (&kind, connected) in spec.clients.iter().zip(&connected) {
         let Ok(connected) = connected else { continue };
-        let watch = connected.watch.clone();
-        let watched_prefix = watch_prefix.clone();
-        watchers.push(tokio::spawn(watch.watch(
-            watched_prefix,
-            start,
-            watch_until,
-        )));
-        keepers.push(tokio::spawn(
-            connected.lease.clone().keep(start, window_end),
-        ));
+        // One entry per connected client in each list, `None` where it runs no such probe.
+        watchers.push(
+            connected
+                .watch
+                .clone()
+                .map(|watch| tokio::spawn(watch.watch(watch_prefix.clone(), start, watch_until))),
+        );
+        keepers.push(
+            connected
+                .lease
+                .clone()
+                .map(|lease| tokio::spawn(lease.keep(start, window_end))),
+        );
         let election = format!("{}leader/{}", spec.key_root, kind.name());
-        holders.push(tokio::spawn(
+        holders.push(
             connected
                 .leadership
                 .clone()
-                .hold(election, start, window_end),
-        ));
+                .map(|holder| tokio::spawn(holder.hold(election, start, window_end))),
+        );
         let client = &connected.client;
         for loop_kind in LoopKind::ALL {
             let plan = LoopPlan {
@@ -224,16 +227,25 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let writes = writes.await.expect("the watch probe's writer panicked");
     let mut watched = Vec::new();
     for task in watchers {
-        watched.push(task.await.expect("a watcher panicked"));
+        watched.push(match task {
+            Some(task) => Some(task.await.expect("a watcher panicked")),
+            None => None,
+        });
     }
     drop(writer);
     let mut kept = Vec::new();
     for task in keepers {
-        kept.push(task.await.expect("a lease keeper panicked"));
+        kept.push(match task {
+            Some(task) => Some(task.await.expect("a lease keeper panicked")),
+            None => None,
+        });
     }
     let mut holds = Vec::new();
     for task in holders {
-        holds.push(task.await.expect("a leadership holder panicked"));
+        holds.push(match task {
+            Some(task) => Some(task.await.expect("a leadership holder panicked")),
+            None => None,
+        });
     }
     let reelection = match poller {
         Some(task) => task.await.expect("the re-election poller panicked"),
@@ -262,16 +274,20 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
         let mut lease = None;
         let mut leadership = None;
         if error.is_none() {
-            let held = holds.next().expect("one holder per connected client");
-            leadership = Some(crate::leadership::evaluate(held, phases.fault_us));
-            let keeper = kept.next().expect("one keeper per connected client");
-            let gone = match keeper.lease_id {
-                Some(id) => crate::lease::is_gone(&site.endpoints, id).await,
-                None => None,
-            };
-            lease = Some(crate::lease::evaluate(keeper, phases.fault_us, gone));
-            let seen = watched.next().expect("one watcher per connected client");
-            watch = Some(crate::watch::evaluate(&writes, seen, phases.fault_us));
+            let held = holds.next().expect("one holder entry per connected client");
+            leadership = held.map(|held| crate::leadership::evaluate(held, phases.fault_us));
+            let keeper = kept.next().expect("one keeper entry per connected client");
+            if let Some(keeper) = keeper {
+                let gone = match keeper.lease_id {
+                    Some(id) => crate::lease::is_gone(&site.endpoints, id).await,
+                    None => None,
+                };
+                lease = Some(crate::lease::evaluate(keeper, phases.fault_us, gone));
+            }
+            let seen = watched
+                .next()
+                .expect("one watcher entry per connected client");
+            watch = seen.map(|seen| crate::watch::evaluate(&writes, seen, phases.fault_us));
             for kind in LoopKind::ALL {
                 let samples = samples.next().expect("one sample set per loop");
                 let metrics = metrics::summarize(&samples, &phases);

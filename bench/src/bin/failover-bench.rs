@@ -3,13 +3,22 @@
 
 use clap::Parser;
 use etcd_ha_bench::cli::{Args, Format};
+use etcd_ha_bench::clients::ClientKind;
+use etcd_ha_bench::goclient;
 use etcd_ha_bench::plan;
 use etcd_ha_bench::progress::Progress;
 use etcd_ha_bench::report::{Report, Settings, planned, table};
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let plan = args.plan();
+    let mut plan = args.plan();
+    if plan.clients.contains(&ClientKind::GoClientv3) {
+        // Built here, once, before any cluster starts; without Go the others still run.
+        if let Err(reason) = goclient::driver() {
+            eprintln!("go-clientv3 left out of the run: {reason}");
+            plan.clients.retain(|&c| c != ClientKind::GoClientv3);
+        }
+    }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     // As many worker threads as cores: the clients compete with the etcd members for them, as
     // they would in a real deployment.

@@ -32,8 +32,11 @@ pub struct PlannedRow {
     pub warmup_errors: Option<Spread>,
     /// The longest gap without a success of the client's worst loop, per trial, in ms.
     pub longest_gap_ms: Option<Spread>,
-    /// Trials in which its leadership holder kept the leadership, of those it held one.
+    /// Trials in which its leadership holder kept the leadership, of those in which it held
+    /// it at the fault ((0, 0) for a client without the probe).
     pub leadership_kept: (usize, usize),
+    /// Trials in which its holder had not won its first campaign by the fault.
+    pub leadership_not_held: usize,
 }
 
 /// The rows of every planned scenario of `report`, in run order.
@@ -90,7 +93,13 @@ fn row(run: &ScenarioRun, client: ClientKind) -> PlannedRow {
             .leaderships
             .iter()
             .find(|l| l.client == client)
-            .map_or((0, 0), |l| (l.kept, l.trials)),
+            .map_or((0, 0), |l| (l.kept, l.held_at_fault)),
+        leadership_not_held: run
+            .summary
+            .leaderships
+            .iter()
+            .find(|l| l.client == client)
+            .map_or(0, |l| l.trials - l.held_at_fault),
     }
 }
 
@@ -102,12 +111,28 @@ fn median_max(spread: Option<Spread>) -> String {
     )
 }
 
+/// "kept/held at the fault", "+N late" for trials whose holder had not won by the fault, "-"
+/// for a client without the probe.
+fn kept(row: &PlannedRow) -> String {
+    let (kept, held) = row.leadership_kept;
+    let mut out = if held + row.leadership_not_held == 0 {
+        "-".to_string()
+    } else {
+        format!("{kept}/{held}")
+    };
+    if row.leadership_not_held > 0 {
+        out.push_str(&format!(" +{}late", row.leadership_not_held));
+    }
+    out
+}
+
 /// The legend under both renderings.
 const LEGEND: &str = "Cells are median/max over the trials. errors: calls whose error reached \
 the caller in the fault window, the put, linearizable get and serializable get loops together \
 (puts: the put loop's share); warm-up: the same before the fault, what the load alone costs on \
 this machine; gap: the longest time without a success in the fault window, of the client's worst loop; \
-holder kept: trials whose leadership holder kept it through the whole event. In rolling-drain only etcd-ha drains; the etcd-client clients see the same SIGTERMs unwarned.";
+holder kept: trials whose leadership holder kept it through the whole event, of those in which \
+it held it at the fault (+N late: trials whose first campaign had not won by then). In rolling-drain only etcd-ha drains; the etcd-client clients see the same SIGTERMs unwarned.";
 
 /// The table on the terminal; empty when the run had no planned scenario.
 pub fn text(report: &Report) -> String {
@@ -133,7 +158,7 @@ pub fn text(report: &Report) -> String {
             median_max(r.put_errors),
             median_max(r.warmup_errors),
             median_max(r.longest_gap_ms),
-            format!("{}/{}", r.leadership_kept.0, r.leadership_kept.1),
+            kept(r),
         );
     }
     out
@@ -153,7 +178,7 @@ pub fn markdown(report: &Report) -> String {
     for r in &rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             r.scenario,
             r.load.label(),
             r.client.name(),
@@ -161,8 +186,7 @@ pub fn markdown(report: &Report) -> String {
             median_max(r.put_errors),
             median_max(r.warmup_errors),
             median_max(r.longest_gap_ms),
-            r.leadership_kept.0,
-            r.leadership_kept.1,
+            kept(r),
         );
     }
     out
