@@ -1,7 +1,7 @@
 //! The clients under test, behind one small interface: connect, put, linearizable get,
 //! serializable get, each reporting success or a short error kind.
 //!
-//! Four clients can run side by side in every trial:
+//! Four clients run side by side in every trial, a fifth when asked for:
 //!
 //! - `etcd-ha` with [`etcd_ha::Options::default`]: what this crate ships.
 //! - `etcd-client-default`: the `etcd-client` crate as `Client::connect(endpoints, None)`: no
@@ -20,6 +20,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::goclient::GoClient;
+use crate::leadership::Held;
 use crate::lease::Kept;
 use crate::retry::{self, Op};
 use crate::watch::Watched;
@@ -41,7 +42,8 @@ pub enum ClientKind {
 }
 
 impl ClientKind {
-    /// Every client, in the order the report lists them.
+    /// The clients of a run that names none, in the order the report lists them (Go's
+    /// clientv3 only where Go and its sources are installed: see [`crate::goclient`]).
     pub const ALL: [ClientKind; 5] = [
         ClientKind::EtcdHa,
         ClientKind::EtcdClientDefault,
@@ -123,6 +125,8 @@ pub enum BenchClient {
     Ha(etcd_ha::Kv),
     /// etcd-client's KV client, default or tuned, called once per call.
     Baseline(Box<etcd_client::KvClient>),
+    /// etcd's Go client in its driver process (the caller's deadline is set there).
+    Go(GoClient),
     /// The tuned etcd-client inside the application's retry loop.
     Retrying {
         /// The tuned KV client.
@@ -130,8 +134,6 @@ pub enum BenchClient {
         /// The bound on one attempt, derived from the caller's deadline.
         attempt_timeout: Duration,
     },
-    /// etcd's Go client in its driver process.
-    Go(GoClient),
 }
 
 /// A client's watch service, for the watch probe ([`crate::watch`]).
@@ -192,14 +194,51 @@ impl LeaseHandle {
     }
 }
 
-/// A connected client: its calls, and its watch and lease services.
+/// A client's election side, for the leadership probe ([`crate::leadership`]).
+#[derive(Clone)]
+pub enum LeadershipHandle {
+    /// etcd-ha's client, for its `Leadership`.
+    Ha(etcd_ha::Client),
+    /// etcd-client's client, for its lease and election API; `resume` for the application's
+    /// keep-alive loop that reopens its stream.
+    Ec {
+        /// The crate's client.
+        client: Box<etcd_client::Client>,
+        /// True if the application opens the keep-alive stream again after it fails.
+        resume: bool,
+    },
+    /// clientv3's concurrency session and election, in the driver.
+    Go(GoClient),
+}
+
+impl LeadershipHandle {
+    /// Holds the leadership of `key` until `until` (campaigning again after each loss), times
+    /// measured from `start`.
+    pub async fn hold(self, key: String, start: Instant, until: Instant) -> Held {
+        match self {
+            LeadershipHandle::Ha(client) => {
+                crate::leadership::hold_ha(client, key, start, until).await
+            }
+            LeadershipHandle::Ec { client, resume } => {
+                crate::leadership::hold_ec(*client, key, start, until, resume).await
+            }
+            LeadershipHandle::Go(client) => client.hold(key, start, until).await,
+        }
+    }
+}
+
+/// A connected client: its calls, and its watch, lease and election services.
 pub struct Connected {
+    /// etcd-ha's client itself, for the operator's side (drain); `None` for the others.
+    pub ha: Option<etcd_ha::Client>,
     /// The put and get calls.
     pub client: BenchClient,
     /// The watch service on the same connections.
-    pub watch: WatchHandle,
+    pub watch: Option<WatchHandle>,
     /// The lease service on the same connections.
-    pub lease: LeaseHandle,
+    pub lease: Option<LeaseHandle>,
+    /// The election side on the same connections.
+    pub leadership: Option<LeadershipHandle>,
 }
 
 /// What reached the caller when a call failed: a short, stable kind ("Timeout",
@@ -215,14 +254,23 @@ impl BenchClient {
         prefix: &str,
         deadline: Duration,
     ) -> Result<Connected, String> {
-        let (client, watch, lease) = match kind {
+        let mut ha = None;
+        let (client, watch, lease, leadership) = match kind {
             ClientKind::EtcdHa => {
                 let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
                     .await
                     .map_err(|e| format!("etcd-ha could not connect: {e}"))?;
                 let lease = LeaseHandle::Ha(client.keeper());
                 let watch = WatchHandle::Ha(client.watch());
-                (BenchClient::Ha(client.kv()), watch, lease)
+                let kv = client.kv();
+                let leadership = LeadershipHandle::Ha(client.clone());
+                ha = Some(client);
+                (
+                    BenchClient::Ha(kv),
+                    Some(watch),
+                    Some(lease),
+                    Some(leadership),
+                )
             }
             ClientKind::EtcdClientDefault
             | ClientKind::EtcdClientTuned
@@ -241,24 +289,30 @@ impl BenchClient {
                     client: Box::new(client.lease_client()),
                     resume,
                 };
+                let leadership = LeadershipHandle::Ec {
+                    client: Box::new(client.clone()),
+                    resume,
+                };
                 if resume {
                     let attempt_timeout = retry::attempt_timeout(deadline);
                     let client = BenchClient::Retrying {
                         kv,
                         attempt_timeout,
                     };
-                    (client, watch, lease)
+                    (client, Some(watch), Some(lease), Some(leadership))
                 } else {
-                    (BenchClient::Baseline(kv), watch, lease)
+                    let client = BenchClient::Baseline(kv);
+                    (client, Some(watch), Some(lease), Some(leadership))
                 }
             }
             ClientKind::GoClientv3 => {
                 let client = GoClient::start(endpoints, deadline).await?;
-                let (watch, lease) = (
-                    WatchHandle::Go(client.clone()),
-                    LeaseHandle::Go(client.clone()),
-                );
-                (BenchClient::Go(client), watch, lease)
+                (
+                    BenchClient::Go(client.clone()),
+                    Some(WatchHandle::Go(client.clone())),
+                    Some(LeaseHandle::Go(client.clone())),
+                    Some(LeadershipHandle::Go(client)),
+                )
             }
         };
         let marker = format!("{prefix}marker");
@@ -268,9 +322,11 @@ impl BenchClient {
             .await
             .map_err(|kind| format!("first put of {marker} failed: {kind}"))?;
         Ok(Connected {
+            ha,
             client,
             watch,
             lease,
+            leadership,
         })
     }
 
@@ -283,6 +339,7 @@ impl BenchClient {
                 .map(drop)
                 .map_err(|e| ha_kind(&e)),
             BenchClient::Baseline(kv) => ec_put(kv, key, value).await.map_err(|e| ec_kind(&e)),
+            BenchClient::Go(client) => client.put(&key, &value).await,
             BenchClient::Retrying {
                 kv,
                 attempt_timeout,
@@ -291,7 +348,6 @@ impl BenchClient {
                 let attempt = || ec_put(kv, key.clone(), value.clone());
                 retry::run(Op::Put, *attempt_timeout, attempt).await
             }
-            BenchClient::Go(client) => client.put(&key, &value).await,
         }
     }
 
@@ -311,6 +367,7 @@ impl BenchClient {
             BenchClient::Baseline(kv) => {
                 ec_get(kv, key, serializable).await.map_err(|e| ec_kind(&e))
             }
+            BenchClient::Go(client) => client.get(&key, serializable).await,
             BenchClient::Retrying {
                 kv,
                 attempt_timeout,
@@ -319,7 +376,6 @@ impl BenchClient {
                 let attempt = || ec_get(kv, key.clone(), serializable);
                 retry::run(Op::Get, *attempt_timeout, attempt).await
             }
-            BenchClient::Go(client) => client.get(&key, serializable).await,
         }
     }
 }

@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::clients::ErrorKind;
+use crate::leadership::{Held, Hold};
 use crate::lease::{Kept, Renewal};
 use crate::watch::{Seen, Watched};
 
@@ -263,6 +264,42 @@ impl GoClient {
                 "end" => {
                     out.ended = Some(rest.to_string());
                     return out;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl GoClient {
+    /// Holds the leadership of `key` as a Go service does with clientv3's concurrency package
+    /// (a 5 s session, `Campaign`, held until the session is done, then again) until `until`,
+    /// times from `start`.
+    pub async fn hold(self, key: String, start: Instant, until: Instant) -> Held {
+        let (tx, mut lines) = mpsc::unbounded_channel();
+        self.send(&format!("elect {key}"), Waiter::Stream(tx));
+        let mut out = Held::default();
+        loop {
+            let (at, line) = match tokio::time::timeout_at(until, lines.recv()).await {
+                Err(_until) => return out,
+                Ok(None) => {
+                    out.last_problem = Some("DriverGone".into());
+                    return out;
+                }
+                Ok(Some(line)) => line,
+            };
+            let at_us = at.saturating_duration_since(start).as_micros() as u64;
+            let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+            match word {
+                "elected" => out.holds.push(Hold {
+                    acquired_us: at_us,
+                    lost_us: None,
+                }),
+                "lost" => {
+                    if let Some(hold) = out.holds.last_mut().filter(|h| h.lost_us.is_none()) {
+                        hold.lost_us = Some(at_us);
+                    }
+                    out.last_problem = Some(rest.to_string());
                 }
                 _ => {}
             }

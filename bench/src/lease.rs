@@ -129,18 +129,45 @@ pub async fn keep_ec(
         }
     };
     out.lease_id = Some(id);
+    let mut renewals = Vec::new();
+    let (ended, reopened) = renew_ec(client, id, until, resume, |sent, answered| {
+        renewals.push(Renewal {
+            sent_us: micros(start, sent),
+            answered_us: micros(start, answered),
+        });
+    })
+    .await;
+    out.renewals = renewals;
+    out.ended = ended;
+    out.reopened = reopened;
+    out
+}
+
+/// The application's keep-alive loop around etcd-client's stream for lease `id`, until
+/// `until`: every TTL/3 a keep-alive and its answer, `renewed(sent, answered)` on each live
+/// one. Without `resume` the loop ends at the stream's first failure; with it, answers are
+/// bounded by TTL/3 and the stream is opened again with backoff. Returns why it stopped early
+/// (`None` if it lasted until `until`) and how often the stream was opened again.
+pub async fn renew_ec(
+    mut client: etcd_client::LeaseClient,
+    id: i64,
+    until: Instant,
+    resume: bool,
+    mut renewed: impl FnMut(Instant, Instant),
+) -> (Option<String>, u64) {
     let period = LEASE_TTL / 3;
     let mut backoff = REOPEN_BACKOFF.0;
+    let mut reopened = 0;
     loop {
         let reason = match tokio::time::timeout_at(until, client.keep_alive(id)).await {
-            Err(_until) => return out,
+            Err(_until) => return (None, reopened),
             Ok(Err(e)) => format!("keep-alive stream: {e}"),
             Ok(Ok((mut keeper, mut stream))) => loop {
                 if tokio::time::timeout_at(until, tokio::time::sleep(period))
                     .await
                     .is_err()
                 {
-                    return out;
+                    return (None, reopened);
                 }
                 let sent = Instant::now();
                 let renew = async {
@@ -155,22 +182,16 @@ pub async fn keep_ec(
                 } else {
                     match tokio::time::timeout_at(until, renew).await {
                         Ok(answer) => answer,
-                        Err(_until) => return out,
+                        Err(_until) => return (None, reopened),
                     }
                 };
                 match answer {
                     Ok(Some(r)) if r.ttl() > 0 => {
-                        let (sent_us, answered_us) =
-                            (micros(start, sent), micros(start, Instant::now()));
-                        out.renewals.push(Renewal {
-                            sent_us,
-                            answered_us,
-                        });
+                        renewed(sent, Instant::now());
                         backoff = REOPEN_BACKOFF.0;
                     }
                     Ok(Some(_)) => {
-                        out.ended = Some("etcd says the lease is gone".to_string());
-                        return out;
+                        return (Some(LEASE_GONE.to_string()), reopened);
                     }
                     Ok(None) => break "keep-alive stream ended".to_string(),
                     Err(e) => break e.to_string(),
@@ -178,17 +199,19 @@ pub async fn keep_ec(
             },
         };
         if !resume {
-            out.ended = Some(reason);
-            return out;
+            return (Some(reason), reopened);
         }
-        out.reopened += 1;
+        reopened += 1;
         tokio::time::sleep(backoff.min(until.saturating_duration_since(Instant::now()))).await;
         backoff = (backoff * 2).min(REOPEN_BACKOFF.1);
         if Instant::now() >= until {
-            return out;
+            return (None, reopened);
         }
     }
 }
+
+/// Why a keep-alive loop stopped when etcd answered that the lease no longer exists.
+pub const LEASE_GONE: &str = "etcd says the lease is gone";
 
 /// True if lease `id` no longer exists, asked of the first of `urls` that answers.
 pub async fn is_gone(urls: &[String], id: i64) -> Option<bool> {

@@ -3,8 +3,10 @@
 //! users. Two binaries: `failover-bench` (the main job) and `overhead-bench` (steady state).
 //!
 //! ```text
-//! scripts/failover-bench                      # every scenario, 3 trials, ~5 min on 2 cores
+//! scripts/failover-bench                      # the default scenarios, 3 trials, ~5 min on 2 cores
 //! scripts/failover-bench leader-kill --trials 5 --concurrency 1,16,256
+//! scripts/failover-bench leader-move leader-sigterm rolling-sigterm rolling-drain \
+//!     --concurrency 1,16,256                   # planned maintenance (also in --all)
 //! scripts/failover-bench --endpoints http://a:2379,http://b:2379,http://c:2379 \
 //!     --fault-cmd 'ssh a systemctl kill etcd' --heal-cmd 'ssh a systemctl start etcd'
 //! ```
@@ -22,7 +24,9 @@
 //! retry.rs        the retry loop a careful application writes around etcd-client
 //! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
 //! election.rs     the cluster's own re-election time, from Status polls
+//! leadership.rs   the leadership probe: each client holds a leadership through the fault
 //! lease.rs        the lease probe: each client keeps a lease through the fault
+//! maintenance.rs  the planned-maintenance scripts: MoveLeader(s), graceful rolling restarts, drain
 //! metrics.rs      one loop's samples -> throughput, gaps, errors, recovery, latency
 //! stats.rs        repeated trials -> median / p90 / max, merged latency histograms
 //! verify.rs       read-back of every put: lost, ambiguous, applied twice
@@ -42,7 +46,9 @@ pub mod cli;
 pub mod clients;
 pub mod election;
 pub mod goclient;
+pub mod leadership;
 pub mod lease;
+pub mod maintenance;
 pub mod metrics;
 pub mod plan;
 pub mod progress;

@@ -88,6 +88,8 @@ pub struct ScenarioRun {
     pub description: String,
     /// How the loops drove calls.
     pub load: Load,
+    /// True for planned maintenance (a handover, a graceful stop).
+    pub planned: bool,
     /// Why trials could not run, if any did not.
     pub skipped: Vec<String>,
     /// Median / p90 / max over the trials.
@@ -144,8 +146,9 @@ pub async fn execute(plan: &Plan, progress: &Progress) -> Vec<ScenarioRun> {
             }
             runs.push(ScenarioRun {
                 scenario: fault.name(),
-                description: fault.describe(plan.timing.hold),
+                description: describe(fault, plan.timing),
                 load,
+                planned: fault.is_planned(),
                 skipped,
                 summary: stats::summarize(&trials, &plan.clients),
                 trials,
@@ -153,4 +156,19 @@ pub async fn execute(plan: &Plan, progress: &Progress) -> Vec<ScenarioRun> {
         }
     }
     runs
+}
+
+/// What `fault` does, in words, with its own window when it needs a longer one than the run's.
+fn describe(fault: &Fault, timing: Timing) -> String {
+    let window = fault.window(timing.window);
+    if window == timing.window {
+        fault.describe(timing.hold)
+    } else {
+        let own = Timing::new(window, timing.deadline);
+        format!(
+            "{}; fault window {:.0} s for its script",
+            fault.describe(own.hold),
+            window.as_secs_f64()
+        )
+    }
 }

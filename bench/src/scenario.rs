@@ -13,10 +13,8 @@ use etcd_ha::testkit::{Cluster, ClusterBuilder, FaultProxy, Mode, TestkitError};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use etcd_ha::proto::etcdserverpb::MoveLeaderRequest;
-use etcd_ha::proto::etcdserverpb::maintenance_client::MaintenanceClient;
-
 use crate::election::Rule;
+use crate::maintenance::{self, MOVE_SPACING, ROLLING_DOWN};
 
 /// How long every member stays down in [`Scenario::RestartAll`] (at most the hold): 2 s, longer
 /// than an election timeout, so that the restarted cluster has to elect anew.
@@ -26,9 +24,13 @@ const DOWN_FOR: Duration = Duration::from_secs(2);
 /// round trip takes 200 ms more, a cross-region link's worth, far above a healthy member's.
 const LINK_LATENCY: Duration = Duration::from_millis(100);
 
-/// Bound on the MoveLeader call: 5 s; etcd waits for the transferee to catch up and win, which
-/// takes about an election timeout.
-const MOVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many MoveLeaders [`Scenario::LeaderMoves`] makes in a row.
+const MOVES: usize = 3;
+
+/// The least fault window of the graceful rolling restarts: 20 s. Each of the three steps takes
+/// etcd's own exit (about 1 s for 3.5), [`ROLLING_DOWN`] and a start (about 1 s), and the
+/// recovery after the last one needs its 3 s; a shorter window would end mid-script.
+const ROLLING_WINDOW: Duration = Duration::from_secs(20);
 
 /// One fault scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
@@ -57,11 +59,41 @@ pub enum Scenario {
     /// The leader is cut off from its peers for the hold (network namespaces), while the clients
     /// still reach it: it steps down, the others elect a new leader.
     LeaderPartition,
+    /// Planned: three MoveLeaders in a row, one second apart, each from whoever leads.
+    LeaderMoves,
+    /// Planned: SIGTERM of the leader (etcd hands leadership over, then stops); started again
+    /// after the hold.
+    LeaderSigterm,
+    /// Planned: a graceful rolling restart, followers first and the leader last: each member
+    /// SIGTERM, down 2 s, started, and the next once it serves.
+    RollingSigterm,
+    /// Planned: the same rolling restart, with etcd-ha's drain API around each stop (drain
+    /// before the SIGTERM, undrain once healthy); the other clients just see the SIGTERMs.
+    RollingDrain,
 }
 
 impl Scenario {
     /// Every scenario, in the order they run.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 13] = [
+        Scenario::LeaderKill,
+        Scenario::LeaderFreeze,
+        Scenario::FollowerKill,
+        Scenario::RestartAll,
+        Scenario::LeaderLinkBlackhole,
+        Scenario::LeaderMove,
+        Scenario::RollingRestart,
+        Scenario::LeaderLinkLatency,
+        Scenario::LeaderPartition,
+        Scenario::LeaderMoves,
+        Scenario::LeaderSigterm,
+        Scenario::RollingSigterm,
+        Scenario::RollingDrain,
+    ];
+
+    /// The scenarios of a run that names none: the unplanned faults and the single MoveLeader,
+    /// about 5 minutes on 2 cores at 3 trials. The other planned ones (`--all`, or by name)
+    /// take longer per trial (a rolling restart needs a 20 s window).
+    pub const DEFAULT: [Scenario; 9] = [
         Scenario::LeaderKill,
         Scenario::LeaderFreeze,
         Scenario::FollowerKill,
@@ -85,6 +117,10 @@ impl Scenario {
             Scenario::RollingRestart => "rolling-restart",
             Scenario::LeaderLinkLatency => "leader-link-latency",
             Scenario::LeaderPartition => "leader-partition",
+            Scenario::LeaderMoves => "leader-moves",
+            Scenario::LeaderSigterm => "leader-sigterm",
+            Scenario::RollingSigterm => "rolling-sigterm",
+            Scenario::RollingDrain => "rolling-drain",
         }
     }
 
@@ -114,6 +150,25 @@ impl Scenario {
             Scenario::LeaderPartition => {
                 format!("cut the leader off from its peers for {hold}, then heal")
             }
+            Scenario::LeaderMoves => format!(
+                "MoveLeader {MOVES} times in a row, {} s apart",
+                MOVE_SPACING.as_secs()
+            ),
+            Scenario::LeaderSigterm => format!(
+                "SIGTERM the leader (it hands leadership over, then stops); start it again \
+                 {hold} after the SIGTERM"
+            ),
+            Scenario::RollingSigterm => format!(
+                "graceful rolling restart, followers first, leader last: SIGTERM, {} s down, \
+                 start, wait until it serves",
+                ROLLING_DOWN.as_secs()
+            ),
+            Scenario::RollingDrain => format!(
+                "graceful rolling restart as rolling-sigterm, with etcd-ha's drain before each \
+                 SIGTERM and undrain once healthy; the etcd-client clients just see the \
+                 SIGTERMs ({} s down each)",
+                ROLLING_DOWN.as_secs()
+            ),
         }
     }
 
@@ -134,6 +189,28 @@ impl Scenario {
         )
     }
 
+    /// True for planned maintenance (a handover, a graceful stop): the planned-maintenance
+    /// table lists these.
+    pub fn is_planned(self) -> bool {
+        matches!(
+            self,
+            Scenario::LeaderMove
+                | Scenario::LeaderMoves
+                | Scenario::LeaderSigterm
+                | Scenario::RollingSigterm
+                | Scenario::RollingDrain
+        )
+    }
+
+    /// The fault window of a trial, given the one asked for (`--window`): longer for the
+    /// rolling restarts, whose script needs [`ROLLING_WINDOW`].
+    pub fn window(self, asked: Duration) -> Duration {
+        match self {
+            Scenario::RollingSigterm | Scenario::RollingDrain => asked.max(ROLLING_WINDOW),
+            _ => asked,
+        }
+    }
+
     /// A note for the report when the scenario departs from the common setup.
     pub fn note(self) -> Option<&'static str> {
         self.needs_proxy().then_some(
@@ -145,7 +222,10 @@ impl Scenario {
     pub fn target(self, leader: usize, members: usize) -> Option<usize> {
         match self {
             Scenario::FollowerKill => Some((leader + 1) % members),
-            Scenario::RestartAll | Scenario::RollingRestart => None,
+            Scenario::RestartAll
+            | Scenario::RollingRestart
+            | Scenario::RollingSigterm
+            | Scenario::RollingDrain => None,
             _ => Some(leader),
         }
     }
@@ -157,23 +237,33 @@ impl Scenario {
             Scenario::LeaderKill
             | Scenario::LeaderFreeze
             | Scenario::LeaderPartition
-            | Scenario::LeaderMove => Some(Rule::NewLeader { old: old_leader_id }),
+            | Scenario::LeaderMove
+            | Scenario::LeaderMoves
+            | Scenario::LeaderSigterm => Some(Rule::NewLeader { old: old_leader_id }),
             Scenario::RestartAll => Some(Rule::AnyLeader),
             // A rolling restart moves the leader only at its end, after the followers' restarts:
             // that is no election time to compare with.
             Scenario::FollowerKill
             | Scenario::LeaderLinkBlackhole
             | Scenario::LeaderLinkLatency
-            | Scenario::RollingRestart => None,
+            | Scenario::RollingRestart
+            | Scenario::RollingSigterm
+            | Scenario::RollingDrain => None,
         }
     }
 
-    /// The instant part of the fault (nothing for the scripted ones: a move, a rolling
-    /// restart, whose clocks start as their script does).
+    /// The instant part of the fault (nothing for the scripted ones: a move, a SIGTERM, a
+    /// rolling restart, whose clocks start as their script does; a SIGTERM takes etcd about a
+    /// second to act on, and the clocks start as it is sent).
     pub fn inject(self, rig: &mut Rig, target: Option<usize>) -> Result<(), TestkitError> {
         let target = || target.expect("a fault with a target member");
         match self {
-            Scenario::LeaderMove | Scenario::RollingRestart => {}
+            Scenario::LeaderMove
+            | Scenario::LeaderMoves
+            | Scenario::LeaderSigterm
+            | Scenario::RollingRestart
+            | Scenario::RollingSigterm
+            | Scenario::RollingDrain => {}
             Scenario::LeaderLinkLatency => rig.proxy().set_mode(Mode::Latency(LINK_LATENCY)),
             Scenario::LeaderKill | Scenario::FollowerKill => rig.cluster.kill(target()),
             Scenario::LeaderFreeze => rig.cluster.stop(target()),
@@ -186,21 +276,38 @@ impl Scenario {
 
     /// The rest of the fault's script, from `injected` on, for a fault held `hold`; returns
     /// when the fault was undone (`None` for a fault that stays). It returns once the script
-    /// is done, which may outlast the window only if a restart is slow.
+    /// is done, which may outlast the window only if a restart is slow. `drainer` is the
+    /// etcd-ha client under test, told of the maintenance in [`Scenario::RollingDrain`].
     pub async fn follow_up(
         self,
         rig: &mut Rig,
         target: Option<usize>,
         injected: Instant,
         hold: Duration,
+        drainer: Option<&etcd_ha::Client>,
     ) -> Result<Option<Instant>, String> {
         let target = || target.expect("a fault with a target member");
         let text = |e: TestkitError| e.to_string();
         match self {
             Scenario::LeaderKill | Scenario::FollowerKill => return Ok(None),
             Scenario::LeaderMove => {
-                move_leader(&rig.cluster, target()).await?;
+                maintenance::move_leader(&rig.cluster, target()).await?;
                 return Ok(None);
+            }
+            Scenario::LeaderMoves => {
+                maintenance::move_leader_repeatedly(&rig.cluster, MOVES).await?;
+                return Ok(None);
+            }
+            Scenario::LeaderSigterm => {
+                rig.cluster.terminate(target()).await;
+                tokio::time::sleep_until(injected + hold).await;
+                rig.cluster.restart(target()).await.map_err(text)?;
+            }
+            Scenario::RollingSigterm => {
+                maintenance::rolling_sigterm(&mut rig.cluster, None).await?
+            }
+            Scenario::RollingDrain => {
+                maintenance::rolling_sigterm(&mut rig.cluster, drainer).await?;
             }
             Scenario::RollingRestart => {
                 let leader = rig
@@ -238,27 +345,6 @@ impl Scenario {
     }
 }
 
-/// Asks the leader (member `leader`) to hand leadership to the next member, over a fresh
-/// channel; returns once etcd says the transfer is done.
-async fn move_leader(cluster: &Cluster, leader: usize) -> Result<(), String> {
-    let transferee = (leader + 1) % cluster.len();
-    let target_id = cluster
-        .member_id(transferee)
-        .await
-        .map_err(|e| e.to_string())?;
-    let channel = tonic::transport::Endpoint::from_shared(cluster.endpoint(leader))
-        .map_err(|e| e.to_string())?
-        .timeout(MOVE_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|e| format!("connecting to the leader: {e}"))?;
-    MaintenanceClient::new(channel)
-        .move_leader(MoveLeaderRequest { target_id })
-        .await
-        .map(drop)
-        .map_err(|s| format!("MoveLeader: {:?}: {}", s.code(), s.message()))
-}
-
 /// How long every member stays down in [`Scenario::RestartAll`] when faults are held `hold`.
 fn down_for(hold: Duration) -> Duration {
     DOWN_FOR.min(hold)
@@ -279,5 +365,42 @@ impl Rig {
         self.proxy
             .as_ref()
             .expect("this scenario runs behind a proxy")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_set_is_every_scenario_but_the_long_planned_ones() {
+        let left_out: Vec<_> = Scenario::ALL
+            .iter()
+            .filter(|s| !Scenario::DEFAULT.contains(s))
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(
+            left_out,
+            [
+                "leader-moves",
+                "leader-sigterm",
+                "rolling-sigterm",
+                "rolling-drain"
+            ]
+        );
+        assert!(left_out.iter().all(|name| {
+            let s = Scenario::ALL.iter().find(|s| s.name() == *name).unwrap();
+            s.is_planned()
+        }));
+    }
+
+    #[test]
+    fn rolling_restarts_get_a_window_their_script_fits_in() {
+        let asked = Duration::from_secs(7);
+        assert_eq!(Scenario::RollingSigterm.window(asked), ROLLING_WINDOW);
+        assert_eq!(Scenario::RollingDrain.window(asked), ROLLING_WINDOW);
+        assert_eq!(Scenario::LeaderSigterm.window(asked), asked);
+        let longer = Duration::from_secs(30);
+        assert_eq!(Scenario::RollingDrain.window(longer), longer);
     }
 }

@@ -46,6 +46,19 @@ impl Fault {
         }
     }
 
+    /// True for planned maintenance (the planned-maintenance table lists these).
+    pub fn is_planned(&self) -> bool {
+        matches!(self, Fault::Local(scenario) if scenario.is_planned())
+    }
+
+    /// The fault window of its trials, given the one asked for.
+    pub fn window(&self, asked: Duration) -> Duration {
+        match self {
+            Fault::Local(scenario) => scenario.window(asked),
+            Fault::External(_) => asked,
+        }
+    }
+
     /// What happens, in words.
     pub fn describe(&self, hold: Duration) -> String {
         match self {
@@ -131,17 +144,23 @@ impl Site {
     }
 
     /// The rest of the fault's script; returns when the fault was undone (`None` if it stays).
+    /// `drainer` is the etcd-ha client under test, for the scenarios that drain with it.
     pub async fn follow_up(
         &mut self,
         injected: Instant,
         hold: Duration,
+        drainer: Option<&etcd_ha::Client>,
     ) -> Result<Option<Instant>, String> {
         match &mut self.kind {
             SiteKind::Local {
                 rig,
                 scenario,
                 target,
-            } => scenario.follow_up(rig, *target, injected, hold).await,
+            } => {
+                scenario
+                    .follow_up(rig, *target, injected, hold, drainer)
+                    .await
+            }
             SiteKind::External { hooks, leader_url } => match &hooks.heal_cmd {
                 Some(cmd) => {
                     tokio::time::sleep_until(injected + hold).await;

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use crate::clients::ClientKind;
+use crate::leadership::LeadershipMetrics;
 use crate::lease::LeaseMetrics;
 use crate::metrics::{self, LatencySummary, LoopMetrics, PhaseLatency};
 use crate::trial::TrialRecord;
@@ -110,6 +111,27 @@ pub struct LeaseSummary {
     pub lost: usize,
 }
 
+/// One client's leadership over all trials.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeadershipSummary {
+    /// Which client.
+    pub client: ClientKind,
+    /// Trials in which it held a leadership.
+    pub trials: usize,
+    /// Trials in which it held the leadership at the fault (on a saturated machine the first
+    /// campaign may not have won by then).
+    pub held_at_fault: usize,
+    /// Trials in which it held at the fault and never lost it.
+    pub kept: usize,
+    /// Fault -> the first loss after it, over the trials that lost it.
+    pub lost_after_ms: Option<Spread>,
+    /// Fault -> the next holder, over the trials that lost it (or did not hold at the fault)
+    /// and found one.
+    pub new_holder_ms: Option<Spread>,
+    /// Trials not kept in which no new holder came within the window.
+    pub new_holder_never: usize,
+}
+
 /// The summary of one fault under one load.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioSummary {
@@ -123,6 +145,8 @@ pub struct ScenarioSummary {
     pub watches: Vec<WatchSummary>,
     /// One entry per client: its kept lease.
     pub leases: Vec<LeaseSummary>,
+    /// One entry per client: its leadership.
+    pub leaderships: Vec<LeadershipSummary>,
 }
 
 /// Summarizes `trials` for `clients`.
@@ -244,7 +268,35 @@ pub fn summarize(trials: &[TrialRecord], clients: &[ClientKind]) -> ScenarioSumm
             }
         })
         .collect();
+    let leaderships = clients
+        .iter()
+        .map(|&client| {
+            let runs: Vec<&LeadershipMetrics> = trials
+                .iter()
+                .filter_map(|t| {
+                    t.clients
+                        .iter()
+                        .find(|c| c.client == client)?
+                        .leadership
+                        .as_ref()
+                })
+                .collect();
+            LeadershipSummary {
+                client,
+                trials: runs.len(),
+                held_at_fault: runs.iter().filter(|l| l.held_at_fault).count(),
+                kept: runs.iter().filter(|l| l.kept).count(),
+                lost_after_ms: Spread::of(runs.iter().filter_map(|l| l.lost_after_fault_ms)),
+                new_holder_ms: Spread::of(runs.iter().filter_map(|l| l.new_holder_after_fault_ms)),
+                new_holder_never: runs
+                    .iter()
+                    .filter(|l| !l.kept && l.new_holder_after_fault_ms.is_none())
+                    .count(),
+            }
+        })
+        .collect();
     ScenarioSummary {
+        leaderships,
         reelection_ms: Spread::of(trials.iter().filter_map(|t| t.reelection_ms)),
         reelection_never,
         loops,

@@ -7,8 +7,8 @@
 //!   inject fault -> re-election poller starts -> follow-up script (thaw, heal, restart)
 //!   | fault window
 //! loops stop starting calls -> in-flight calls end (<= deadline) -> settle -> read back
-//! (all along: the watch probe's writer, each client's watch of its writes, and each client's
-//! kept lease, whose existence is checked at the read-back)
+//! (all along: the watch probe's writer, each client's watch of its writes, each client's
+//! kept lease, whose existence is checked at the read-back, and each client's leadership)
 //! ```
 
 use std::time::Duration;
@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::clients::{BenchClient, ClientKind};
 use crate::election::{self, Rule};
+use crate::leadership::LeadershipMetrics;
 use crate::lease::LeaseMetrics;
 use crate::metrics::{self, LoopMetrics, Phases};
 use crate::plan::Timing;
@@ -63,6 +64,8 @@ pub struct ClientTrial {
     pub watch: Option<WatchMetrics>,
     /// How it kept its lease.
     pub lease: Option<LeaseMetrics>,
+    /// How it held its leadership.
+    pub leadership: Option<LeadershipMetrics>,
 }
 
 /// Everything one trial measured.
@@ -108,7 +111,14 @@ pub struct TrialSpec<'a> {
 
 /// Runs one trial; errors if its site cannot be prepared.
 pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord, String> {
-    let timing = spec.timing;
+    // A scripted fault may need a longer window than the run's (a rolling restart).
+    let asked = spec.timing;
+    let window = spec.fault.window(asked.window);
+    let timing = if window == asked.window {
+        asked
+    } else {
+        Timing::new(window, asked.deadline)
+    };
     progress.phase("preparing the cluster");
     let mut site = Site::prepare(spec.fault).await?;
     let prefix = |kind: ClientKind| format!("{}{}/", spec.key_root, kind.name());
@@ -134,19 +144,30 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let watch_until = window_end + WATCH_DRAIN;
     let mut watchers = Vec::new();
     let mut keepers = Vec::new();
+    let mut holders = Vec::new();
     let mut loops = Vec::new();
     for (&kind, connected) in spec.clients.iter().zip(&connected) {
         let Ok(connected) = connected else { continue };
-        let watch = connected.watch.clone();
-        let watched_prefix = watch_prefix.clone();
-        watchers.push(tokio::spawn(watch.watch(
-            watched_prefix,
-            start,
-            watch_until,
-        )));
-        keepers.push(tokio::spawn(
-            connected.lease.clone().keep(start, window_end),
-        ));
+        // One entry per connected client in each list, `None` where it runs no such probe.
+        watchers.push(
+            connected
+                .watch
+                .clone()
+                .map(|watch| tokio::spawn(watch.watch(watch_prefix.clone(), start, watch_until))),
+        );
+        keepers.push(
+            connected
+                .lease
+                .clone()
+                .map(|lease| tokio::spawn(lease.keep(start, window_end))),
+        );
+        let election = format!("{}leader/{}", spec.key_root, kind.name());
+        holders.push(
+            connected
+                .leadership
+                .clone()
+                .map(|holder| tokio::spawn(holder.hold(election, start, window_end))),
+        );
         let client = &connected.client;
         for loop_kind in LoopKind::ALL {
             let plan = LoopPlan {
@@ -182,7 +203,13 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
         tokio::spawn(election::measure(watched, rule, injected, window_end))
     });
     let follow_up = match injected_ok {
-        Ok(()) => site.follow_up(injected, timing.hold).await,
+        Ok(()) => {
+            // The etcd-ha client under test, for the scenarios that drain with it.
+            let drainer = connected
+                .iter()
+                .find_map(|c| c.as_ref().ok().and_then(|c| c.ha.as_ref()));
+            site.follow_up(injected, timing.hold, drainer).await
+        }
         Err(e) => Err(e),
     };
     let (healed, fault_error) = match follow_up {
@@ -200,12 +227,25 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let writes = writes.await.expect("the watch probe's writer panicked");
     let mut watched = Vec::new();
     for task in watchers {
-        watched.push(task.await.expect("a watcher panicked"));
+        watched.push(match task {
+            Some(task) => Some(task.await.expect("a watcher panicked")),
+            None => None,
+        });
     }
     drop(writer);
     let mut kept = Vec::new();
     for task in keepers {
-        kept.push(task.await.expect("a lease keeper panicked"));
+        kept.push(match task {
+            Some(task) => Some(task.await.expect("a lease keeper panicked")),
+            None => None,
+        });
+    }
+    let mut holds = Vec::new();
+    for task in holders {
+        holds.push(match task {
+            Some(task) => Some(task.await.expect("a leadership holder panicked")),
+            None => None,
+        });
     }
     let reelection = match poller {
         Some(task) => task.await.expect("the re-election poller panicked"),
@@ -226,20 +266,28 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     let mut samples = samples.into_iter();
     let mut watched = watched.into_iter();
     let mut kept = kept.into_iter();
+    let mut holds = holds.into_iter();
     for (&kind, error) in spec.clients.iter().zip(connect_errors) {
         let mut loops = Vec::new();
         let mut read_back = Correctness::default();
         let mut watch = None;
         let mut lease = None;
+        let mut leadership = None;
         if error.is_none() {
-            let keeper = kept.next().expect("one keeper per connected client");
-            let gone = match keeper.lease_id {
-                Some(id) => crate::lease::is_gone(&site.endpoints, id).await,
-                None => None,
-            };
-            lease = Some(crate::lease::evaluate(keeper, phases.fault_us, gone));
-            let seen = watched.next().expect("one watcher per connected client");
-            watch = Some(crate::watch::evaluate(&writes, seen, phases.fault_us));
+            let held = holds.next().expect("one holder entry per connected client");
+            leadership = held.map(|held| crate::leadership::evaluate(held, phases.fault_us));
+            let keeper = kept.next().expect("one keeper entry per connected client");
+            if let Some(keeper) = keeper {
+                let gone = match keeper.lease_id {
+                    Some(id) => crate::lease::is_gone(&site.endpoints, id).await,
+                    None => None,
+                };
+                lease = Some(crate::lease::evaluate(keeper, phases.fault_us, gone));
+            }
+            let seen = watched
+                .next()
+                .expect("one watcher entry per connected client");
+            watch = seen.map(|seen| crate::watch::evaluate(&writes, seen, phases.fault_us));
             for kind in LoopKind::ALL {
                 let samples = samples.next().expect("one sample set per loop");
                 let metrics = metrics::summarize(&samples, &phases);
@@ -260,6 +308,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
             read_back,
             watch,
             lease,
+            leadership,
         });
     }
     if site.is_external() {

@@ -7,16 +7,17 @@ use etcd_ha_bench::clients::ClientKind;
 use etcd_ha_bench::goclient;
 use etcd_ha_bench::plan;
 use etcd_ha_bench::progress::Progress;
-use etcd_ha_bench::report::{Report, Settings, table};
+use etcd_ha_bench::report::{Report, Settings, planned, table};
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let mut plan = args.plan();
-    // etcd's Go client joins only where Go and clientv3's sources are installed.
+    // etcd's Go client joins only where Go and clientv3's sources are installed; the driver
+    // is built here, once, before any cluster starts.
     if plan.clients.contains(&ClientKind::GoClientv3)
         && let Err(why) = goclient::prepare()
     {
-        eprintln!("go-clientv3 skipped: {why}");
+        eprintln!("go-clientv3 left out of the run: {why}");
         plan.clients.retain(|c| *c != ClientKind::GoClientv3);
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -41,6 +42,7 @@ fn main() -> std::process::ExitCode {
             for run in &report.scenarios {
                 print!("{}", table::block(run));
             }
+            print!("{}", planned::text(&report));
         }
         Format::Json => println!("{}", report.summary_json()),
         Format::Markdown => {

@@ -1,7 +1,7 @@
 //! The CSV: one row per scenario, load, trial, client and loop, with every per-trial metric,
-//! for spreadsheets and scripts (the raw calls are in the JSON). The client's watch and lease
-//! probes are per client, not per loop: every row of a client repeats them, so a row stands
-//! alone in a filter.
+//! for spreadsheets and scripts (the raw calls are in the JSON). The client's watch, lease and
+//! leadership probes are per client, not per loop: every row of a client repeats them, so a
+//! row stands alone in a filter.
 
 use std::fmt::Write;
 
@@ -15,7 +15,8 @@ p50_before_ms,p99_before_ms,max_before_ms,p50_during_ms,p99_during_ms,max_during
 p50_after_ms,p99_after_ms,max_after_ms,read_back_clean,errored_but_applied,\
 watch_first_event_ms,watch_delivered,watch_lost,watch_repeated,watch_out_of_order,\
 watch_recreated,watch_ended,lease_first_renewal_ms,lease_renewals,lease_lost,lease_reopened,\
-lease_ended";
+lease_ended,leadership_held_at_fault,leadership_kept,leadership_lost_after_ms,\
+leadership_new_holder_ms,leadership_holds,leadership_last_problem";
 
 /// An optional number, empty when absent.
 fn opt(v: Option<f64>) -> String {
@@ -117,7 +118,21 @@ fn probes(c: &crate::trial::ClientTrial) -> String {
             )
         },
     );
-    format!(",{watch},{lease}")
+    let leadership = c.leadership.as_ref().map_or_else(
+        || ",,,,,".to_string(),
+        |l| {
+            format!(
+                "{},{},{},{},{},{}",
+                l.held_at_fault,
+                l.kept,
+                opt(l.lost_after_fault_ms),
+                opt(l.new_holder_after_fault_ms),
+                l.holds,
+                text(l.last_problem.as_deref().unwrap_or("")),
+            )
+        },
+    );
+    format!(",{watch},{lease},{leadership}")
 }
 
 #[cfg(test)]
@@ -134,8 +149,9 @@ mod tests {
     #[test]
     fn header_and_rows_have_the_same_width() {
         let fields = HEADER.split(',').count();
-        assert_eq!(fields, 40);
-        // The probe columns: 7 for the watch, 5 for the lease, each row with a leading comma.
+        assert_eq!(fields, 46);
+        // The probe columns: 7 for the watch, 5 for the lease, 6 for the leadership, each row
+        // with a leading comma.
         let mut client = crate::trial::ClientTrial {
             client: crate::clients::ClientKind::EtcdHa,
             error: None,
@@ -143,8 +159,9 @@ mod tests {
             read_back: Default::default(),
             watch: None,
             lease: None,
+            leadership: None,
         };
-        assert_eq!(probes(&client).split(',').count() - 1, 12);
+        assert_eq!(probes(&client).split(',').count() - 1, 18);
         client.watch = Some(crate::watch::WatchMetrics {
             first_event_after_fault_ms: Some(1.5),
             delivered: 10,

@@ -33,6 +33,7 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
     for c in &s.clients {
         let _ = writeln!(out, "| {} | {} |", c.client.name(), c.options);
     }
+    out.push_str(&crate::report::planned::markdown(report));
     for run in &report.scenarios {
         let _ = writeln!(
             out,
@@ -119,7 +120,7 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
              | client | 1st event [ms] | lost | repeated or reordered | ended |\n|---|---|---|---|---|\n",
             WRITE_PACE.as_millis()
         );
-        for w in &run.summary.watches {
+        for w in run.summary.watches.iter().filter(|w| w.trials > 0) {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {}/{} |",
@@ -138,7 +139,7 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
              | client | 1st renewal [ms] | lost |\n|---|---|---|\n",
             LEASE_TTL.as_secs()
         );
-        for l in &run.summary.leases {
+        for l in run.summary.leases.iter().filter(|l| l.trials > 0) {
             let _ = writeln!(
                 out,
                 "| {} | {} | {}/{} |",
@@ -146,6 +147,26 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
                 triple(l.first_renewal_ms, 0, l.first_renewal_never),
                 l.lost,
                 l.trials
+            );
+        }
+        let _ = write!(
+            out,
+            "\nLeadership (TTL {} s; etcd-ha's `Leadership`, etcd-client's election API on a kept \
+             lease; campaigns again after a loss): kept: trials in which it never lost it, of \
+             those in which it held it at the fault (+N late: its first campaign had not won by \
+             then); lost after: fault -> the loss; new holder: fault -> leading \
+             again.\n\n\
+             | client | kept | lost after [ms] | new holder [ms] |\n|---|---|---|---|\n",
+            LEASE_TTL.as_secs()
+        );
+        for l in run.summary.leaderships.iter().filter(|l| l.trials > 0) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                l.client.name(),
+                crate::report::table::kept(l),
+                triple(l.lost_after_ms, 0, 0),
+                triple(l.new_holder_ms, 0, l.new_holder_never),
             );
         }
         if let Some((_, _, name)) = svgs

@@ -1,8 +1,10 @@
 //! The run's results as files and text: the JSON document (serde), the CSV, one SVG timeline
-//! per scenario and load, the Markdown report, and the terminal tables.
+//! per scenario and load, the Markdown report, and the terminal tables (the planned-maintenance
+//! table among them).
 
 pub mod csv;
 pub mod markdown;
+pub mod planned;
 pub mod plot;
 pub mod table;
 
@@ -72,6 +74,7 @@ pub struct Report {
 struct SummaryView<'a> {
     settings: &'a Settings,
     scenarios: Vec<SummaryEntry<'a>>,
+    planned_maintenance: Vec<planned::PlannedRow>,
 }
 
 /// One scenario's summary in [`SummaryView`].
@@ -100,6 +103,7 @@ impl Report {
                     summary: &s.summary,
                 })
                 .collect(),
+            planned_maintenance: planned::rows(self),
         };
         serde_json::to_string_pretty(&view).expect("the summary serializes")
     }

@@ -48,7 +48,12 @@ pub fn legend(report: &Report) -> String {
          ms); 1st event: fault -> first event of a write started after it; lost: acknowledged \
          writes never delivered; ended: trials whose watch stopped for good.\n\
          lease: each client keeps a lease; 1st renewal: fault -> answer of the first renewal \
-         sent after it; lost: trials whose lease was gone at the end.\n",
+         sent after it; lost: trials whose lease was gone at the end.\n\
+         leadership: each client holds a leadership (etcd-ha's Leadership; etcd-client's \
+         election API on a kept lease) and campaigns again when it loses it; kept: trials in \
+         which it never lost it, of those in which it held it at the fault (+N late: its first \
+         campaign had not won by then); lost after: fault -> the loss; new holder: fault -> \
+         leading again.\n",
         report.settings.trials,
         t.deadline.as_secs_f64() * 1000.0,
         t.warmup.as_secs_f64(),
@@ -135,7 +140,7 @@ pub fn block(run: &ScenarioRun) -> String {
         "{:<24} {:<17} {:>18} {:>18} {:>15} {:>9}",
         "watch of a neutral writer", "", "1st event [ms]", "lost", "repeat/reorder", "ended"
     );
-    for w in &run.summary.watches {
+    for w in run.summary.watches.iter().filter(|w| w.trials > 0) {
         let _ = writeln!(
             out,
             "{:<24} {:<17} {:>18} {:>18} {:>15} {:>9}",
@@ -155,7 +160,7 @@ pub fn block(run: &ScenarioRun) -> String {
         "1st renewal [ms]",
         "lost"
     );
-    for l in &run.summary.leases {
+    for l in run.summary.leases.iter().filter(|l| l.trials > 0) {
         let _ = writeln!(
             out,
             "{:<24} {:<17} {:>18} {:>18}",
@@ -165,7 +170,37 @@ pub fn block(run: &ScenarioRun) -> String {
             format!("{}/{}", l.lost, l.trials),
         );
     }
+    let _ = writeln!(
+        out,
+        "{:<24} {:<17} {:>18} {:>18} {:>15}",
+        format!("leadership (TTL {} s)", LEASE_TTL.as_secs()),
+        "",
+        "kept",
+        "lost after [ms]",
+        "new holder [ms]"
+    );
+    for l in run.summary.leaderships.iter().filter(|l| l.trials > 0) {
+        let _ = writeln!(
+            out,
+            "{:<24} {:<17} {:>18} {:>18} {:>15}",
+            l.client.name(),
+            "leadership",
+            kept(l),
+            triple(l.lost_after_ms, 0, 0),
+            triple(l.new_holder_ms, 0, l.new_holder_never),
+        );
+    }
     out
+}
+
+/// "kept/held at the fault", with " +N late" for trials whose holder had not won by the fault.
+pub fn kept(l: &crate::stats::LeadershipSummary) -> String {
+    let late = l.trials - l.held_at_fault;
+    if late > 0 {
+        format!("{}/{} +{late}late", l.kept, l.held_at_fault)
+    } else {
+        format!("{}/{}", l.kept, l.held_at_fault)
+    }
 }
 
 /// One row of [`block`].
