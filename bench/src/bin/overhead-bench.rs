@@ -15,7 +15,9 @@
 //! and p99 latency over all rounds (hdrhistogram) and the p99's ratio to the bare channel's,
 //! and this process's CPU time (user + system, `getrusage`) per call. The etcd members are
 //! other processes, so that is the client's own cost. Resident memory is the process's, all
-//! clients together, printed at the end.
+//! clients together, printed at the end. After each call and concurrency, etcd-ha's hedges
+//! (extra requests over attempts), suspicions and ejections in that block: on a healthy
+//! cluster the hedge budget must hold and no member may be ejected.
 //!
 //! What differs by design: etcd-client spreads every call round-robin over the members, so
 //! two thirds of its writes and linearizable reads reach a follower, which forwards them to the
@@ -311,6 +313,7 @@ async fn run() {
         for concurrency in CONCURRENCY {
             let key = format!("overhead/{}/{concurrency}", call.name());
             let mut tallies: Vec<Tally> = Who::ALL.iter().map(|_| Tally::new()).collect();
+            let stats_before = ha.call_stats();
             for r in 0..ROUNDS {
                 for i in 0..Who::ALL.len() {
                     let who = (i + r) % Who::ALL.len();
@@ -335,6 +338,23 @@ async fn run() {
                     tally.errors
                 );
             }
+            // What etcd-ha's adaptive hedging cost in this block (typed API and balanced
+            // channel share the client): extra requests, and whether a healthy member was
+            // ever suspected or ejected.
+            let s = ha.call_stats().since(&stats_before);
+            println!(
+                "{:<18} {:>5}  etcd-ha hedges: {} of {} attempts ({:.3} % extra; {} early, {} \
+                 refused by the budget), {} suspicions, {} ejections",
+                call.name(),
+                concurrency,
+                s.hedges,
+                s.attempts,
+                100.0 * s.hedges as f64 / s.attempts.saturating_sub(s.hedges).max(1) as f64,
+                s.early_hedges,
+                s.hedges_refused,
+                s.suspicions,
+                s.ejections
+            );
         }
     }
     println!(
