@@ -16,6 +16,7 @@
 //! its steady-state latencies are not comparable with the in-process clients'.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -196,115 +197,128 @@ impl GoClient {
             .await
     }
 
+    /// Sends a streaming `command` and hands each of its lines (the words after the id) with
+    /// its arrival to `on_line` until `until`, until `on_line` breaks (at the command's `end`),
+    /// or until the driver is gone, which it returns as `Err`.
+    async fn follow(
+        &self,
+        command: &str,
+        until: Instant,
+        mut on_line: impl FnMut(Instant, &str) -> ControlFlow<()>,
+    ) -> Result<(), String> {
+        let (tx, mut lines) = mpsc::unbounded_channel();
+        self.send(command, Waiter::Stream(tx));
+        loop {
+            match tokio::time::timeout_at(until, lines.recv()).await {
+                Err(_until) => return Ok(()),
+                Ok(None) => return Err("DriverGone".into()),
+                Ok(Some((at, line))) => {
+                    if on_line(at, &line).is_break() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
     /// Watches `prefix` as a Go service does (one `Watch` whose channel clientv3 keeps open
     /// and resumes itself) until `until`, times from `start`.
     pub async fn watch(self, prefix: String, start: Instant, until: Instant) -> Watched {
-        let (tx, mut lines) = mpsc::unbounded_channel();
-        self.send(&format!("watch {prefix}"), Waiter::Stream(tx));
         let mut out = Watched::default();
-        loop {
-            let (at, line) = match tokio::time::timeout_at(until, lines.recv()).await {
-                Err(_until) => return out,
-                Ok(None) => {
-                    out.ended = Some("DriverGone".into());
-                    return out;
-                }
-                Ok(Some(line)) => line,
-            };
-            let mut words = line.split(' ');
-            match (words.next(), words.next(), words.next()) {
-                (Some("ev"), Some(key), Some(revision)) => {
-                    let seq = key
-                        .strip_prefix(prefix.as_str())
-                        .and_then(|s| s.parse().ok());
-                    if let (Some(seq), Ok(revision)) = (seq, revision.parse()) {
-                        let at_us = at.saturating_duration_since(start).as_micros() as u64;
-                        out.seen.push(Seen {
-                            seq,
-                            revision,
-                            at_us,
-                        });
+        let followed = self
+            .follow(&format!("watch {prefix}"), until, |at, line| {
+                let mut words = line.split(' ');
+                match (words.next(), words.next(), words.next()) {
+                    (Some("ev"), Some(key), Some(revision)) => {
+                        let seq = key
+                            .strip_prefix(prefix.as_str())
+                            .and_then(|s| s.parse().ok());
+                        if let (Some(seq), Ok(revision)) = (seq, revision.parse()) {
+                            out.seen.push(Seen {
+                                seq,
+                                revision,
+                                at_us: micros(start, at),
+                            });
+                        }
                     }
+                    (Some("end"), reason, _) => {
+                        out.ended = Some(reason.unwrap_or("ended").to_string());
+                        return ControlFlow::Break(());
+                    }
+                    _ => {}
                 }
-                (Some("end"), reason, _) => {
-                    out.ended = Some(reason.unwrap_or("ended").to_string());
-                    return out;
-                }
-                _ => {}
-            }
+                ControlFlow::Continue(())
+            })
+            .await;
+        if let Err(gone) = followed {
+            out.ended = Some(gone);
         }
+        out
     }
 
     /// Grants a lease of `ttl` and keeps it with clientv3's `KeepAlive` until `until`, times
     /// from `start`. clientv3 does not say when it sent a renewal: its answer's arrival stands
     /// for both, so a renewal in flight at the fault counts from its answer.
     pub async fn keep(self, ttl: Duration, start: Instant, until: Instant) -> Kept {
-        let (tx, mut lines) = mpsc::unbounded_channel();
-        self.send(&format!("lease {}", ttl.as_secs()), Waiter::Stream(tx));
         let mut out = Kept::default();
-        loop {
-            let (at, line) = match tokio::time::timeout_at(until, lines.recv()).await {
-                Err(_until) => return out,
-                Ok(None) => {
-                    out.ended = Some("DriverGone".into());
-                    return out;
+        let followed = self
+            .follow(&format!("lease {}", ttl.as_secs()), until, |at, line| {
+                let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+                match word {
+                    "granted" => out.lease_id = rest.parse().ok(),
+                    "renewed" => out.renewals.push(Renewal {
+                        sent_us: micros(start, at),
+                        answered_us: micros(start, at),
+                    }),
+                    "end" => {
+                        out.ended = Some(rest.to_string());
+                        return ControlFlow::Break(());
+                    }
+                    _ => {}
                 }
-                Ok(Some(line)) => line,
-            };
-            let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
-            match word {
-                "granted" => out.lease_id = rest.parse().ok(),
-                "renewed" => {
-                    let us = at.saturating_duration_since(start).as_micros() as u64;
-                    out.renewals.push(Renewal {
-                        sent_us: us,
-                        answered_us: us,
-                    });
-                }
-                "end" => {
-                    out.ended = Some(rest.to_string());
-                    return out;
-                }
-                _ => {}
-            }
+                ControlFlow::Continue(())
+            })
+            .await;
+        if let Err(gone) = followed {
+            out.ended = Some(gone);
         }
+        out
     }
-}
 
-impl GoClient {
     /// Holds the leadership of `key` as a Go service does with clientv3's concurrency package
     /// (a 5 s session, `Campaign`, held until the session is done, then again) until `until`,
     /// times from `start`.
     pub async fn hold(self, key: String, start: Instant, until: Instant) -> Held {
-        let (tx, mut lines) = mpsc::unbounded_channel();
-        self.send(&format!("elect {key}"), Waiter::Stream(tx));
         let mut out = Held::default();
-        loop {
-            let (at, line) = match tokio::time::timeout_at(until, lines.recv()).await {
-                Err(_until) => return out,
-                Ok(None) => {
-                    out.last_problem = Some("DriverGone".into());
-                    return out;
-                }
-                Ok(Some(line)) => line,
-            };
-            let at_us = at.saturating_duration_since(start).as_micros() as u64;
-            let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
-            match word {
-                "elected" => out.holds.push(Hold {
-                    acquired_us: at_us,
-                    lost_us: None,
-                }),
-                "lost" => {
-                    if let Some(hold) = out.holds.last_mut().filter(|h| h.lost_us.is_none()) {
-                        hold.lost_us = Some(at_us);
+        let followed = self
+            .follow(&format!("elect {key}"), until, |at, line| {
+                let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+                match word {
+                    "elected" => out.holds.push(Hold {
+                        acquired_us: micros(start, at),
+                        lost_us: None,
+                    }),
+                    "lost" => {
+                        if let Some(hold) = out.holds.last_mut().filter(|h| h.lost_us.is_none()) {
+                            hold.lost_us = Some(micros(start, at));
+                        }
+                        out.last_problem = Some(rest.to_string());
                     }
-                    out.last_problem = Some(rest.to_string());
+                    _ => {}
                 }
-                _ => {}
-            }
+                ControlFlow::Continue(())
+            })
+            .await;
+        if let Err(gone) = followed {
+            out.last_problem = Some(gone);
         }
+        out
     }
+}
+
+/// Microseconds from `start` to `at`.
+fn micros(start: Instant, at: Instant) -> u64 {
+    at.saturating_duration_since(start).as_micros() as u64
 }
 
 /// Reads the driver's lines (`<id> <answer>`) and hands each to its waiter, stamped with its

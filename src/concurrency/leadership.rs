@@ -146,6 +146,8 @@ impl CurrentLeader {
 /// match leadership.campaign().await? {
 ///     Campaign::Won(held) => println!("leading at revision {}", held.create_revision()),
 ///     Campaign::Lost(leader) => println!("following {:?}", leader.value()),
+///     // Campaign is #[non_exhaustive]: a later version may tell more outcomes apart.
+///     _ => {}
 /// }
 /// # Ok(())
 /// # }
