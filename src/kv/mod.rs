@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::call::{Call, CallOptions, Deadline, Transport};
-use crate::error::Result;
+use crate::call::{Call, CallOptions, Deadline, Target, Transport};
+use crate::error::{Error, Result};
 use crate::namespace::{self, Namespace};
 use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeResponse, PutResponse, RangeRequest,
@@ -105,8 +105,15 @@ impl Kv {
     }
 
     /// Make a read with `send`; when it is `serializable` and answered below the client's
-    /// monotonic floor (see `monotonic.rs`), make it again as `linearizable(request)` within
-    /// what is left of the deadline. Either way, the answer's header is observed.
+    /// monotonic floor (see `monotonic.rs`), make it again within what is left of the deadline:
+    /// as a serializable read on each other member and as `linearizable(request)`, at once, and
+    /// the first answer at or above the floor wins. The serializable reads keep the read
+    /// available through an election: a follower a heartbeat behind has caught up by then, and
+    /// while a cut-off leader is being replaced it alone still has the newest revision (the
+    /// others learn the last commits only from the next leader), where a linearizable read
+    /// alone would wait for that leader and time out (seen in the benchmark's leader
+    /// partition). A call the caller pinned to one member stays on it. Every answer's header
+    /// is observed.
     async fn guarded<Req, Resp, Fut>(
         &self,
         serializable: bool,
@@ -127,7 +134,7 @@ impl Kv {
         let call = self.call.call(Deadline::Default);
         let at = self.transport.deadline_at(call.deadline);
         let again = floor.map(|_| request.clone());
-        let mut resp = send(request, call.clone()).await?;
+        let resp = send(request, call.clone()).await?;
         self.transport.observe_header(header(&resp));
         if let Some(request) = again.filter(|_| monotonic::is_stale(floor, header(&resp))) {
             tracing::debug!(
@@ -136,8 +143,35 @@ impl Kv {
                 "serializable read older than a revision already seen; reading linearizably"
             );
             let deadline = monotonic::remaining(at, tokio::time::Instant::now())?;
-            resp = send(linearizable(request), Call { deadline, ..call }).await?;
-            self.transport.observe_header(header(&resp));
+            let answered = header(&resp).map(|h| h.member_id);
+            let mut tries = futures_util::stream::FuturesUnordered::new();
+            if !matches!(call.target, Target::Member(_)) {
+                for ep in self.transport.balancer.endpoints().iter() {
+                    if Some(ep.raft().member_id) != answered {
+                        let pinned = Call {
+                            target: Target::Member(ep.clone()),
+                            deadline,
+                            ..call.clone()
+                        };
+                        tries.push(send(request.clone(), pinned));
+                    }
+                }
+            }
+            tries.push(send(linearizable(request), Call { deadline, ..call }));
+            let mut failure = None;
+            while let Some(result) = futures_util::StreamExt::next(&mut tries).await {
+                match result {
+                    Ok(again) => {
+                        self.transport.observe_header(header(&again));
+                        if !monotonic::is_stale(floor, header(&again)) {
+                            return Ok(again);
+                        }
+                    }
+                    Err(error) => failure = Some(error),
+                }
+            }
+            // Every serializable answer was stale and the linearizable read failed.
+            return Err(failure.unwrap_or(Error::Timeout));
         }
         Ok(resp)
     }
