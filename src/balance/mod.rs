@@ -262,9 +262,14 @@ impl Balancer {
         // forward meanwhile) or gone: it refuses connections, while the followers still name it
         // and may even serve linearizable reads through it for a while. A refused connection
         // since the loss says so; a leader merely cut off from us (a broken link) accepts them.
+        //
+        // And for a leader that dropped our proposal since the loss (someone else's MoveLeader,
+        // or etcd's own transfer at a graceful stop): it is healthy and followers can read
+        // through it, but it drops their forwarded writes until a new leader takes over.
         if endpoints.iter().any(|e| {
             e.raft().member_id == lost_id
                 && (e.is_draining()
+                    || e.dropped_at().is_some_and(|t| t >= since)
                     || (e.refused_at().is_some_and(|t| t >= since)
                         && e.state() != HealthState::Healthy))
         }) {
@@ -328,10 +333,17 @@ impl Balancer {
             // ("unhealthy cluster") still leads: forgetting it would start an outage on every
             // retry of the change (seen every 250 ms while a test retried MemberRemove).
             Error::Unavailable(status) if status.message().ends_with("unhealthy cluster") => {}
-            Error::LeaderChanged
-            | Error::NotLeader
-            | Error::ProposalDropped
-            | Error::Unavailable(_) => {
+            Error::ProposalDropped => {
+                if was_leader {
+                    // The same instant for both: the outage this starts (or one already on)
+                    // began no later than the drop, which keeps it on until a new leader.
+                    let now = Instant::now();
+                    ep.set_dropped(now);
+                    self.leader.forget(member, now);
+                }
+                self.probe_now();
+            }
+            Error::LeaderChanged | Error::NotLeader | Error::Unavailable(_) => {
                 if was_leader {
                     self.leader.forget(member, Instant::now());
                 }

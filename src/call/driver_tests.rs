@@ -485,3 +485,34 @@ async fn a_leader_refusing_connections_is_waited_out_not_routed_around() {
     assert!(balancer.leader_outage().is_none());
     assert_eq!(balancer.leader_id(), 2);
 }
+
+/// A leader that dropped a proposal is handing leadership over (a MoveLeader by someone else,
+/// or etcd's own transfer when it stops): it stays healthy and followers still serve
+/// linearizable reads through it, but it drops what they forward. The outage holds until a new
+/// leader is seen, not until the first follower's read (3 write timeouts on etcd 3.4.23 in
+/// `tests/move_leader.rs` came from writes forwarded in that window).
+#[tokio::test(start_paused = true)]
+async fn a_leader_dropping_proposals_is_waited_out_until_the_next_leader() {
+    let transport = transport(Options::default());
+    let balancer = &transport.balancer;
+    let (lead, follower) = (leader(&transport), balancer.endpoints()[1].clone());
+    balancer.learn(&lead, &Error::ProposalDropped);
+    assert_eq!(balancer.leader_id(), 0);
+    tokio::time::advance(Duration::from_millis(2)).await;
+    follower.set_linearizable_ok(Instant::now());
+    lead.on_probe_ok(true, Duration::from_millis(1));
+    assert_eq!(lead.state(), HealthState::Healthy);
+    assert!(
+        balancer.leader_outage().is_some(),
+        "a leader handing over drops forwarded writes: wait for the next one"
+    );
+    let view = RaftView {
+        member_id: 2,
+        leader_id: 2,
+        raft_term: 2,
+        cluster_id: 7,
+    };
+    balancer.record_status(&follower, view).unwrap();
+    assert!(balancer.leader_outage().is_none());
+    assert_eq!(balancer.leader_id(), 2);
+}

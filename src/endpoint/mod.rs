@@ -80,6 +80,10 @@ pub(crate) struct Endpoint {
     /// followers that still name it must not be trusted to forward writes to it (see
     /// `Balancer::leader_outage`).
     refused_at: Mutex<Option<Instant>>,
+    /// When this member, leading, last dropped a proposal (raft's `ErrProposalDropped`): it is
+    /// handing leadership over, and drops what followers forward to it too, silently, until the
+    /// transfer ends (see `Balancer::leader_outage`).
+    dropped_at: Mutex<Option<Instant>>,
     /// Cancelled when the endpoint leaves the set (member removed) or the client goes away;
     /// stops its prober.
     pub(crate) cancel: CancellationToken,
@@ -152,6 +156,7 @@ impl Endpoint {
             raft: Mutex::new(RaftView::default()),
             linearizable_ok: Mutex::new(None),
             refused_at: Mutex::new(None),
+            dropped_at: Mutex::new(None),
             cancel,
             changes,
             strikes: AtomicU32::new(0),
@@ -334,6 +339,16 @@ impl Endpoint {
     /// When a connection to this member was last refused.
     pub(crate) fn refused_at(&self) -> Option<Instant> {
         *self.refused_at.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This member, leading, dropped a proposal at `at`.
+    pub(crate) fn set_dropped(&self, at: Instant) {
+        *self.dropped_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    /// When this member, leading, last dropped a proposal.
+    pub(crate) fn dropped_at(&self) -> Option<Instant> {
+        *self.dropped_at.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn raft(&self) -> RaftView {
