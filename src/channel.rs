@@ -40,7 +40,10 @@ use crate::rpc::{Route, Rpc};
 /// next call carries a fresh one, and a member that kept a prompt call waiting longer than the
 /// attempt timeout before the caller gave up (a tower `Timeout`, say) is ejected.
 ///
-/// It does not repeat requests: a gRPC request body can be sent only once. A Range arriving
+/// It does not repeat requests: a gRPC request body can be sent only once. A failed connection
+/// ends the call with `Unavailable`, whose message says what the caller may do: "safe to send
+/// again" when the request provably never reached the member, "may have been applied" when the
+/// connection was lost after it could have. A Range arriving
 /// here is taken to be linearizable (the path does not say), so it goes to the leader.
 ///
 /// Cheap to clone; clones share the client's connections. It keeps the client's connections
@@ -175,7 +178,20 @@ async fn route(
                 );
                 return Err(Status::unavailable(message).into());
             }
-            return Err(status.into());
+            // Every other failure here is the connection's (the server's answers come back as
+            // responses): lost after the request may have gone out, so only the caller can
+            // decide. Unavailable, as gRPC reports a transport failure, so that retry policies
+            // keyed on codes see it; the message says what a write must assume.
+            let message = format!(
+                "connection to {} lost ({}); the request may have been applied",
+                ep.url,
+                status.message()
+            );
+            let mut lost = Status::unavailable(message);
+            // The whole chain stays reachable (hyper's and the IO error), for callers that
+            // look deeper.
+            lost.set_source(Arc::new(status));
+            return Err(lost.into());
         }
     };
     // etcd answers a failed unary call with a trailers-only response: the status is in the
