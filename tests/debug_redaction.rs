@@ -119,12 +119,14 @@ fn has_simple_token(text: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_public_type_shows_the_key_the_password_or_the_token() {
     support::init_tracing();
-    let cluster = Cluster::builder()
+    let builder = Cluster::builder()
         .members(1)
         .tls(true)
         .client_cert_auth(true)
         .auth("root", PASSWORD)
-        .arg("--bcrypt-cost=4")
+        .arg("--bcrypt-cost=4");
+    let cluster = builder
+        .clone()
         .start()
         .await
         .expect("start a TLS + client-cert + auth cluster");
@@ -143,6 +145,10 @@ async fn no_public_type_shows_the_key_the_password_or_the_token() {
         "the key detector does not see a key printed as bytes"
     );
     assert_eq!(secrets.leak(PASSWORD), Some("the password"));
+
+    // The testkit's own types hold the password and the client key too.
+    secrets.check("ClusterBuilder", &builder);
+    secrets.check("testkit Cluster", &cluster);
 
     let options = support::options_for(&cluster);
     secrets.check("Options", &options);

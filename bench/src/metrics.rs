@@ -178,6 +178,10 @@ pub struct LoopMetrics {
     /// Longest time inside the fault window without a success finishing (the window's ends
     /// count as boundaries, so a client that never recovers shows the whole window).
     pub longest_gap_ms: f64,
+    /// Longest time in the warm-up between two successes finishing, the same measure with no
+    /// fault: what the load alone costs on this machine (a saturated box has gaps of its own).
+    /// `None` with fewer than two successes before the fault.
+    pub warmup_gap_ms: Option<f64>,
     /// From the heal (the fault, if it stays) until the throughput over the next second is
     /// back to 95 % of the warm-up's; `None` if it never is within the window.
     pub back_to_95_ms: Option<f64>,
@@ -224,6 +228,10 @@ pub fn summarize(samples: &[Sample], phases: &Phases) -> LoopMetrics {
         .max()
         .unwrap_or_default();
 
+    let mut warmup: Vec<Duration> = ok_ends.iter().copied().filter(|&t| t < fault).collect();
+    warmup.sort();
+    let warmup_gap = warmup.windows(2).map(|pair| pair[1] - pair[0]).max();
+
     let mut error_kinds = BTreeMap::new();
     let mut errors_in_window = 0;
     for sample in samples {
@@ -242,6 +250,7 @@ pub fn summarize(samples: &[Sample], phases: &Phases) -> LoopMetrics {
         during_over_before: (ok_per_s_before > 0.0).then(|| ok_per_s_during / ok_per_s_before),
         first_success_ms: first_success.map(ms),
         longest_gap_ms: ms(longest_gap),
+        warmup_gap_ms: warmup_gap.map(ms),
         back_to_95_ms: back_to_share(&ok_ends, phases, ok_per_s_before).map(ms),
         errors: error_kinds.values().sum(),
         errors_in_window,
@@ -323,5 +332,29 @@ mod tests {
         // The first 1 s window from 1450 ms holds 95 calls: 95 % of the warm-up rate.
         assert_eq!(m.back_to_95_ms.map(f64::round), Some(450.0));
         assert_eq!(m.latency.before.count, 100);
+        // Calls every 10 ms, each taking 1 ms: 10 ms between successes in the warm-up.
+        assert_eq!(m.warmup_gap_ms.map(f64::round), Some(10.0));
+    }
+
+    #[test]
+    fn the_warm_up_gap_is_the_loads_own() {
+        let phases = Phases {
+            fault_us: 1_000_000,
+            heal_us: None,
+            hold_end_us: 2_000_000,
+            window_end_us: 3_000_000,
+        };
+        // A 200 ms stall in the warm-up (the box, not a fault), none after.
+        let samples: Vec<Sample> = (0..300)
+            .map(|i| i * 10)
+            .filter(|&t| !(400..600).contains(&t))
+            .map(|t| ok(t, t + 1))
+            .collect();
+        let m = summarize(&samples, &phases);
+        assert_eq!(m.warmup_gap_ms.map(f64::round), Some(210.0));
+        assert!(m.longest_gap_ms < 15.0, "{}", m.longest_gap_ms);
+        // One success before the fault: no gap to speak of.
+        let m = summarize(&[ok(0, 1), ok(1500, 1501)], &phases);
+        assert_eq!(m.warmup_gap_ms, None);
     }
 }

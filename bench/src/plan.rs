@@ -70,6 +70,8 @@ pub struct Plan {
     pub trials: usize,
     /// The shared timings.
     pub timing: Timing,
+    /// Where local clusters keep their data; `None`: the system's temp dir.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Plan {
@@ -132,6 +134,7 @@ pub async fn execute(plan: &Plan, progress: &Progress) -> Vec<ScenarioRun> {
                     clients: &plan.clients,
                     load,
                     timing: plan.timing,
+                    data_dir: plan.data_dir.as_deref(),
                     trial: n,
                     key_root,
                 };

@@ -5,6 +5,7 @@
 //! Both are prepared the same way (find the leader, name the members, decide where clients
 //! connect and how re-election is judged) so that the trial itself does not know which it has.
 
+use std::path::Path;
 use std::time::Duration;
 
 use etcd_ha::testkit::FaultProxy;
@@ -113,9 +114,9 @@ enum SiteKind {
 
 impl Site {
     /// Prepares a trial: starts a fresh cluster (local) or finds the leader (external).
-    pub async fn prepare(fault: &Fault) -> Result<Site, String> {
+    pub async fn prepare(fault: &Fault, data_dir: Option<&Path>) -> Result<Site, String> {
         match fault {
-            Fault::Local(scenario) => prepare_local(*scenario).await,
+            Fault::Local(scenario) => prepare_local(*scenario, data_dir).await,
             Fault::External(hooks) => prepare_external(hooks.clone()).await,
         }
     }
@@ -180,9 +181,13 @@ impl Site {
 
 /// A fresh local cluster for `scenario`, its leader, and a proxy in front of the target if the
 /// scenario needs one.
-async fn prepare_local(scenario: Scenario) -> Result<Site, String> {
+async fn prepare_local(scenario: Scenario, data_dir: Option<&Path>) -> Result<Site, String> {
     let text = |e: etcd_ha::testkit::TestkitError| e.to_string();
-    let cluster = scenario.builder().start().await.map_err(text)?;
+    let mut builder = scenario.builder();
+    if let Some(dir) = data_dir {
+        builder = builder.data_dir_in(dir);
+    }
+    let cluster = builder.start().await.map_err(text)?;
     let leader = cluster.leader(LEADER_TIMEOUT).await.map_err(text)?;
     let mut names = Vec::new();
     for i in 0..cluster.len() {

@@ -103,6 +103,8 @@ pub struct TrialSpec<'a> {
     pub load: Load,
     /// Warm-up, window, hold, deadline.
     pub timing: Timing,
+    /// Where a local cluster keeps its data; `None`: the system's temp dir.
+    pub data_dir: Option<&'a std::path::Path>,
     /// Its number, 1-based.
     pub trial: usize,
     /// Where its keys go: `<root><client>/` (unique per trial on a user's cluster).
@@ -120,7 +122,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
         Timing::new(window, asked.deadline)
     };
     progress.phase("preparing the cluster");
-    let mut site = Site::prepare(spec.fault).await?;
+    let mut site = Site::prepare(spec.fault, spec.data_dir).await?;
     let prefix = |kind: ClientKind| format!("{}{}/", spec.key_root, kind.name());
 
     progress.phase("connecting the clients");

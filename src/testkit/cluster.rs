@@ -41,7 +41,6 @@ const BIND_RETRY_PAUSE: Duration = Duration::from_millis(300);
 /// assert_ne!(leader, next);
 /// # }
 /// ```
-#[derive(Debug)]
 pub struct Cluster {
     /// The members, running or not. Declared before `dir` so that, even without our `Drop`,
     /// the processes die before their directories are removed.
@@ -61,6 +60,20 @@ pub struct Cluster {
     pub(crate) ready_timeout: Duration,
     /// Holds every member's data dir and log, and the certificates; removed on drop.
     pub(crate) dir: TempDir,
+}
+
+impl std::fmt::Debug for Cluster {
+    // The user only: the password, and the client key inside the TLS config, stay out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("endpoints", &self.endpoints())
+            .field("version", &self.version)
+            .field("tls", &self.tls)
+            .field("user", &self.auth.as_ref().map(|(user, _)| user))
+            .field("isolated_network", &self.network.is_some())
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Cluster {

@@ -10,7 +10,7 @@ use crate::report::Report;
 /// The header line.
 const HEADER: &str = "scenario,load,trial,etcd_version,reelection_ms,client,loop,calls,\
 ok_per_s_before,ok_per_s_during,during_over_before,first_success_ms,longest_gap_ms,\
-back_to_95_ms,errors,errors_in_window,error_kinds,\
+warmup_gap_ms,back_to_95_ms,errors,errors_in_window,error_kinds,\
 p50_before_ms,p99_before_ms,max_before_ms,p50_during_ms,p99_during_ms,max_during_ms,\
 p50_after_ms,p99_after_ms,max_after_ms,read_back_clean,errored_but_applied,\
 watch_first_event_ms,watch_delivered,watch_lost,watch_repeated,watch_out_of_order,\
@@ -49,7 +49,7 @@ pub fn render(report: &Report) -> String {
                     let lat = &m.latency;
                     let _ = write!(
                         out,
-                        "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                        "{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                         text(run.scenario),
                         text(&run.load.label()),
                         t.trial,
@@ -63,6 +63,7 @@ pub fn render(report: &Report) -> String {
                         opt(m.during_over_before),
                         opt(m.first_success_ms),
                         m.longest_gap_ms,
+                        opt(m.warmup_gap_ms),
                         opt(m.back_to_95_ms),
                         m.errors,
                         m.errors_in_window,

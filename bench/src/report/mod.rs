@@ -38,6 +38,8 @@ pub struct Settings {
     pub closed_loop_pace_ms: f64,
     /// The clients, side by side.
     pub clients: Vec<ClientSetting>,
+    /// Where the local clusters kept their data; `None`: the system's temp dir.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -56,6 +58,7 @@ impl Settings {
                     options: client.describe(plan.timing.deadline),
                 })
                 .collect(),
+            data_dir: plan.data_dir.clone(),
         }
     }
 }

@@ -32,6 +32,13 @@ pub struct PlannedRow {
     pub warmup_errors: Option<Spread>,
     /// The longest gap without a success of the client's worst loop, per trial, in ms.
     pub longest_gap_ms: Option<Spread>,
+    /// The same measure in the warm-up, before any fault, per trial, in ms: the gaps the load
+    /// alone makes on this machine, the floor the fault window's gap is to be read against.
+    pub warmup_gap_ms: Option<Spread>,
+    /// From the event to the cluster's new leader, per trial, in ms (the re-election poller,
+    /// the same for every client of a trial): the handover no client can shorten. `None` for
+    /// the rolling restarts, which move the leader only in their last step.
+    pub handover_ms: Option<Spread>,
     /// Trials in which its leadership holder kept the leadership, of those in which it held
     /// it at the fault ((0, 0) for a client without the probe).
     pub leadership_kept: (usize, usize),
@@ -80,6 +87,11 @@ fn row(run: &ScenarioRun, client: ClientKind) -> PlannedRow {
             .map(|l| l.metrics.longest_gap_ms)
             .fold(0.0, f64::max)
     });
+    let warmup_gaps = loops.iter().filter_map(|ls| {
+        ls.iter()
+            .filter_map(|l| l.metrics.warmup_gap_ms)
+            .reduce(f64::max)
+    });
     PlannedRow {
         scenario: run.scenario,
         load: run.load,
@@ -88,6 +100,8 @@ fn row(run: &ScenarioRun, client: ClientKind) -> PlannedRow {
         put_errors: Spread::of(put_errors),
         warmup_errors: Spread::of(warmup_errors),
         longest_gap_ms: Spread::of(gaps),
+        warmup_gap_ms: Spread::of(warmup_gaps),
+        handover_ms: Spread::of(run.trials.iter().filter_map(|t| t.reelection_ms)),
         leadership_kept: run
             .summary
             .leaderships
@@ -130,7 +144,8 @@ fn kept(row: &PlannedRow) -> String {
 const LEGEND: &str = "Cells are median/max over the trials. errors: calls whose error reached \
 the caller in the fault window, the put, linearizable get and serializable get loops together \
 (puts: the put loop's share); warm-up: the same before the fault, what the load alone costs on \
-this machine; gap: the longest time without a success in the fault window, of the client's worst loop; \
+this machine; gap: the longest time without a success in the fault window, of the client's worst loop (warm-up gap: the same before the fault, the load's own floor; handover: from the event to \
+the cluster's new leader, what no client can shorten, \"-\" for the rolling restarts); \
 holder kept: trials whose leadership holder kept it through the whole event, of those in which \
 it held it at the fault (+N late: trials whose first campaign had not won by then). In rolling-drain only etcd-ha drains; the etcd-client clients see the same SIGTERMs unwarned.";
 
@@ -144,13 +159,22 @@ pub fn text(report: &Report) -> String {
     let _ = writeln!(out, "{LEGEND}");
     let _ = writeln!(
         out,
-        "{:<16} {:>12} {:<24} {:>12} {:>12} {:>12} {:>14} {:>12}",
-        "scenario", "in flight", "client", "errors", "puts", "warm-up", "gap [ms]", "holder kept"
+        "{:<16} {:>12} {:<24} {:>12} {:>12} {:>12} {:>14} {:>14} {:>14} {:>12}",
+        "scenario",
+        "in flight",
+        "client",
+        "errors",
+        "puts",
+        "warm-up",
+        "gap [ms]",
+        "warm-up gap",
+        "handover [ms]",
+        "holder kept"
     );
     for r in &rows {
         let _ = writeln!(
             out,
-            "{:<16} {:>12} {:<24} {:>12} {:>12} {:>12} {:>14} {:>12}",
+            "{:<16} {:>12} {:<24} {:>12} {:>12} {:>12} {:>14} {:>14} {:>14} {:>12}",
             r.scenario,
             r.load.label(),
             r.client.name(),
@@ -158,6 +182,8 @@ pub fn text(report: &Report) -> String {
             median_max(r.put_errors),
             median_max(r.warmup_errors),
             median_max(r.longest_gap_ms),
+            median_max(r.warmup_gap_ms),
+            median_max(r.handover_ms),
             kept(r),
         );
     }
@@ -173,12 +199,12 @@ pub fn markdown(report: &Report) -> String {
     let mut out = format!(
         "\n## Planned maintenance\n\n{LEGEND}\n\n\
          | scenario | load | client | errors | of which puts | warm-up errors | longest gap [ms] | \
-         holder kept |\n|---|---|---|---|---|---|---|---|\n"
+         warm-up gap [ms] | handover [ms] | holder kept |\n|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for r in &rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.scenario,
             r.load.label(),
             r.client.name(),
@@ -186,6 +212,8 @@ pub fn markdown(report: &Report) -> String {
             median_max(r.put_errors),
             median_max(r.warmup_errors),
             median_max(r.longest_gap_ms),
+            median_max(r.warmup_gap_ms),
+            median_max(r.handover_ms),
             kept(r),
         );
     }
