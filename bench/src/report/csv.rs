@@ -150,7 +150,7 @@ mod tests {
     #[test]
     fn header_and_rows_have_the_same_width() {
         let fields = HEADER.split(',').count();
-        assert_eq!(fields, 46);
+        assert_eq!(fields, 47);
         // The probe columns: 7 for the watch, 5 for the lease, 6 for the leadership, each row
         // with a leading comma.
         let mut client = crate::trial::ClientTrial {
