@@ -52,9 +52,17 @@ impl Client {
     pub async fn drain(&self, endpoint: &str) -> Result<()> {
         let transport = self.transport();
         let ep = transport.endpoint(endpoint)?;
-        ep.set_draining(true);
         let member = ep.raft().member_id;
-        if member != 0 && member == transport.balancer.leader_id() {
+        let leads = member != 0 && member == transport.balancer.leader_id();
+        if leads {
+            // Leader-bound calls wait for the new leader from now on, and this comes before
+            // the member leaves the pool: a call picked in between would go to a follower,
+            // which forwards it to this member, which drops it silently once it hands over
+            // (the caller waits out its deadline; seen in `tests/drain.rs`, 2 runs in 25).
+            transport.balancer.leader_moving(member);
+        }
+        ep.set_draining(true);
+        if leads {
             self.move_leadership_off(&ep).await?;
         }
         let limit = transport
@@ -97,17 +105,31 @@ impl Client {
     /// Move leadership from `ep` to the healthiest other member, and record the new leader in
     /// the client's leader view as soon as it is known: when the target itself says it leads,
     /// or when etcd answers the MoveLeader, whichever comes first.
+    ///
+    /// Leader-bound calls already wait for the new leader (`drain` started the outage): the old
+    /// one drops the proposals that followers forward to it while it hands over (they would
+    /// hang until their deadline), and answers its own with `raft proposal dropped` (resent).
+    /// If the move cannot start, the outage ends here.
     async fn move_leadership_off(&self, ep: &Arc<Endpoint>) -> Result<()> {
         let transport = self.transport();
-        let target = self.transferee(ep)?;
-        let (from, to) = (ep.raft().member_id, target.raft().member_id);
+        let from = ep.raft().member_id;
+        let target = match self.transferee(ep) {
+            Ok(target) => target,
+            Err(e) => {
+                transport.balancer.leader_stayed(from);
+                return Err(e);
+            }
+        };
+        let to = target.raft().member_id;
         let to_hex = format!("{to:x}");
         tracing::info!(endpoint = %ep.url, to = %to_hex, "drain: moving leadership");
-        // From now on leader-bound calls wait for the new leader: the old one drops the
-        // proposals that followers forward to it while it hands over (they would hang until
-        // their deadline), and answers its own with `raft proposal dropped` (resent).
-        transport.balancer.leader_moving(from);
-        let on_leader = self.maintenance().on(&ep.url)?;
+        let on_leader = match self.maintenance().on(&ep.url) {
+            Ok(on_leader) => on_leader,
+            Err(e) => {
+                transport.balancer.leader_stayed(from);
+                return Err(e);
+            }
+        };
         let moved = on_leader.move_leader(to);
         let leads = self.until_leading(from, &target);
         tokio::pin!(moved, leads);
