@@ -87,7 +87,7 @@ fn longest_gap(seen: &[Seen], (from, to): (Instant, Instant)) -> (Duration, Dura
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_with_drain_reaches_no_caller() {
-    let mut cluster = support::cluster3().await;
+    let mut cluster = support::cluster3_in_memory().await;
     let client = support::client(&cluster).await;
     support::all_healthy(&client).await;
     let traffic = Traffic::start(&client, "drain", 4).await;

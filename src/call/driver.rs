@@ -314,8 +314,21 @@ impl Transport {
                     attempts.running.push(launch(id, next));
                 }
                 Step::Retry { after, error } => {
-                    tokio::time::sleep(after).await;
-                    self.await_leader(route, plan.deadline()).await;
+                    match self.leader_wait(route, plan.deadline()) {
+                        // The leader is being replaced (it dropped this proposal, say, while
+                        // handing over): waiting for the next one is the backoff, and it ends
+                        // the moment that leader is known, where a fixed backoff first added up
+                        // to 25 ms to writes after a leader move. Only when that wait can last
+                        // longer than the backoff: a retry comes sooner only because the next
+                        // leader is known, so a failing member is not hammered.
+                        Some(until) if until >= Instant::now() + after => {
+                            self.balancer.await_leader(until, super::LEADER_NUDGE).await;
+                        }
+                        _ => {
+                            tokio::time::sleep(after).await;
+                            self.await_leader(route, plan.deadline()).await;
+                        }
+                    }
                     let failed = attempts.tried.last().cloned();
                     let tried = &mut attempts.tried;
                     let next = self.next_endpoint(route, &target, tried, failed.as_deref())?;

@@ -516,3 +516,60 @@ async fn a_leader_dropping_proposals_is_waited_out_until_the_next_leader() {
     assert!(balancer.leader_outage().is_none());
     assert_eq!(balancer.leader_id(), 2);
 }
+
+/// A write the leader dropped while handing over is sent again the moment the next leader is
+/// known, not a backoff later: waiting for that leader is the backoff (it ended up to 25 ms
+/// after the leader was known, in every drain).
+#[tokio::test(start_paused = true)]
+async fn a_dropped_write_goes_again_as_soon_as_the_next_leader_is_known() {
+    let transport = transport(Options::default());
+    let next = transport.balancer.endpoints()[1].clone();
+    let elected = {
+        let transport = transport.clone();
+        let next = next.clone();
+        async move {
+            // The transfer takes 12 ms; then a probe hears of the new leader in a newer term.
+            tokio::time::sleep(Duration::from_millis(12)).await;
+            let view = RaftView {
+                member_id: 2,
+                leader_id: 2,
+                raft_term: 2,
+                cluster_id: 7,
+            };
+            transport.balancer.record_status(&next, view).unwrap();
+            Instant::now()
+        }
+    };
+    let elected = tokio::spawn(elected);
+    let dropped = Script::default();
+    let started = Instant::now();
+    let result = transport
+        .unary(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            put(),
+            |_c, _r| {
+                let n = dropped.launch();
+                async move {
+                    if n == 0 {
+                        Err(Status::unknown("raft proposal dropped"))
+                    } else {
+                        Ok(Response::new(PutResponse::default()))
+                    }
+                }
+            },
+        )
+        .await;
+    assert!(result.is_ok(), "{result:?}");
+    let elected = elected.await.unwrap();
+    let times = dropped.times();
+    assert_eq!(times.len(), 2);
+    assert_eq!(times[0], started);
+    assert_eq!(
+        times[1],
+        elected,
+        "sent again when the next leader was known ({:?} after the drop)",
+        times[1] - times[0]
+    );
+    assert_eq!(transport.balancer.leader_id(), 2);
+}

@@ -361,18 +361,25 @@ impl Transport {
     /// to the lost leader and hang. Waits on the leader view's changes; probes are woken so the
     /// new leader is found quickly.
     pub(crate) async fn await_leader(&self, route: Route, deadline: Option<Instant>) {
-        if route != Route::Leader {
-            return;
+        if let Some(until) = self.leader_wait(route, deadline) {
+            self.balancer.await_leader(until, LEADER_NUDGE).await;
         }
-        let Some(since) = self.balancer.leader_outage() else {
-            return;
-        };
+    }
+
+    /// Until when a call on `route` would wait for a new leader now: `None` unless it is
+    /// leader-bound and a leader outage is on; bounded by the leader grace and 3/4 of what is
+    /// left of `deadline`.
+    pub(crate) fn leader_wait(&self, route: Route, deadline: Option<Instant>) -> Option<Instant> {
+        if route != Route::Leader {
+            return None;
+        }
+        let since = self.balancer.leader_outage()?;
         let mut until = since + self.options.leader_grace;
         if let Some(d) = deadline {
             // Keep a little of the deadline for the call itself.
             until = until.min(d - (d.saturating_duration_since(Instant::now()) / 4));
         }
-        self.balancer.await_leader(until, LEADER_NUDGE).await;
+        Some(until)
     }
 
     /// The endpoint for the next attempt of a call to `target` routed as `route`.
