@@ -26,13 +26,56 @@ use crate::history::{EventKind, History, LeaseLog, Nanos, Outcome, Request, Resp
 /// How late `lost()` may fire after the server dropped the lease (see the module doc).
 pub const LOST_SLACK: Nanos = 250_000_000;
 
+/// How long after a frozen leader thaws its stale revokes can still be committed.
+///
+/// etcd before 3.5.11 and 3.4.28 (3.5.1 and 3.4.23 are tested here) lets a leader that was
+/// stalled revoke leases by its own clock once it runs again: its lessor still thinks it is
+/// the primary, so it proposes the revoke of every lease that ran out *in its view* (no renewal
+/// reached it while it was frozen), and raft, now a follower, forwards the proposal to the new
+/// leader, which commits it (etcd-io/etcd issues 12528 and 15247, fixed by pull request 16822).
+/// The keeper's renewals meanwhile went to the new leader, which granted them: its belief was
+/// right, and the server broke its own lease. The revoke goes out at the lessor's next check,
+/// at most 500 ms after the thaw, plus a commit: 1 s covers it on a loaded box.
+const STALE_LEADER_REVOKE: Nanos = 1_000_000_000;
+
 pub fn check(history: &History, truth: &Keyspace, report: &mut Report) {
     for lease in &history.leases {
         report.stats.leases += 1;
         if let Some(t) = vanished(history, truth, lease) {
             report.stats.lease_keys_dropped += 1;
+            if stale_leader_revoke(history, t.0) {
+                report.stats.stale_leader_revokes += 1;
+                continue;
+            }
             judge(lease, t, report);
         }
+    }
+}
+
+/// Whether a lease key that vanished at `t` is etcd's own bug: a leader frozen until shortly
+/// before `t` revoked it by its stale clock (see [`STALE_LEADER_REVOKE`]), on a version that
+/// has the bug.
+fn stale_leader_revoke(history: &History, t: Nanos) -> bool {
+    revokes_when_stale(&history.etcd_version)
+        && history
+            .faults
+            .iter()
+            .any(|f| f.kind == "FreezeLeader" && f.end <= t && t - f.end <= STALE_LEADER_REVOKE)
+}
+
+/// Versions with etcd's stale-leader revoke: 3.5 before 3.5.11, 3.4 before 3.4.28, and older.
+fn revokes_when_stale(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u64>().ok());
+    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    match (major, minor) {
+        (3, 5) => patch < 11,
+        (3, 4) => patch < 28,
+        (3, m) => m < 4,
+        (m, _) => m < 3,
     }
 }
 
@@ -113,5 +156,17 @@ fn judge(lease: &LeaseLog, (t, how): (Nanos, String), report: &mut Report) {
             ),
         ]);
         report.violation(Property::LeaseLost, detail);
+    }
+}
+
+#[test]
+fn versions_with_the_stale_leader_revoke() {
+    for version in ["3.5.1", "3.5.10", "3.4.23", "3.4.27", "3.3.25", "2.3.8"] {
+        assert!(revokes_when_stale(version), "{version}");
+    }
+    for version in [
+        "3.5.11", "3.5.17", "3.4.28", "3.6.0", "4.0.0", "sim", "", "3.5",
+    ] {
+        assert!(!revokes_when_stale(version), "{version}");
     }
 }
