@@ -291,6 +291,44 @@ impl Balancer {
         Some(since)
     }
 
+    /// Since when the leader has stalled, when it has: it owes answers that need the leader
+    /// past its own stall limit (see `Endpoint::stalled_since`); with the endpoint, and whether
+    /// another member has served a linearizable read since (then the leader is alive behind
+    /// its peers and only our link to it is broken).
+    fn leader_stall(&self) -> Option<(Arc<Endpoint>, Instant, bool)> {
+        let leader = self.leader_id();
+        if leader == 0 {
+            return None;
+        }
+        let endpoints = self.endpoints();
+        let cap = self.config.probes.timeout;
+        // The silence first: one atomic per member unless one owes answers (the common case).
+        let (ep, since) = endpoints
+            .iter()
+            .filter_map(|e| e.stalled_since(cap).map(|since| (e, since)))
+            .find(|(e, _)| e.raft().member_id == leader)?;
+        let served_elsewhere = endpoints.iter().any(|e| {
+            !Arc::ptr_eq(e, ep)
+                && e.linearizable_ok().is_some_and(|t| t > since)
+                && e.state() == HealthState::Healthy
+        });
+        Some((ep.clone(), since, served_elsewhere))
+    }
+
+    /// Since when leader-bound calls should wait rather than go: a leader outage is on (see
+    /// [`Balancer::leader_outage`]), or the leader stalled and no other member has served
+    /// since (a frozen leader, or one cut off from its peers: a call sent to it, or through a
+    /// follower to it, would hang until the next leader or the call's deadline).
+    pub(crate) fn leader_unready(&self) -> Option<Instant> {
+        if let Some(since) = self.leader_outage() {
+            return Some(since);
+        }
+        match self.leader_stall() {
+            Some((_, since, false)) => Some(since),
+            _ => None,
+        }
+    }
+
     /// What a failed call teaches (see [`Balancer::teach`]); a call that timed out on the
     /// leader counts as a strike, and the leader is ejected only at the second in a row.
     pub(crate) fn learn(&self, ep: &Endpoint, error: &Error) {
@@ -396,12 +434,48 @@ impl Balancer {
             }
             None => pool,
         };
+        // A stalled leader that the others are served by (only our link to it broke) takes no
+        // leader-bound call: a follower forwards it to the leader instead.
+        let forwarded: Vec<Arc<Endpoint>>;
+        let pool: &[Arc<Endpoint>] = match self.stalled_but_served(route, pool) {
+            Some(stalled) => {
+                let keep: Vec<bool> = pool.iter().map(|e| !Arc::ptr_eq(e, &stalled)).collect();
+                forwarded = pool
+                    .iter()
+                    .zip(&keep)
+                    .filter(|(_, k)| **k)
+                    .map(|(e, _)| e.clone())
+                    .collect();
+                candidates = candidates
+                    .into_iter()
+                    .zip(&keep)
+                    .filter(|(_, k)| **k)
+                    .map(|(c, _)| c)
+                    .collect();
+                &forwarded
+            }
+            None => pool,
+        };
         let tried: Vec<bool> = pool
             .iter()
             .map(|e| tried.iter().any(|t| **t == *e.url))
             .collect();
         let index = self.policy.pick(route, &candidates, &tried);
         pool.get(index.min(pool.len() - 1)).cloned()
+    }
+
+    /// The leader's endpoint, for a leader-bound `route`, when it stalled while another member
+    /// in `pool` has served since; `None` almost always (no stall: nothing is filtered).
+    fn stalled_but_served(&self, route: Route, pool: &[Arc<Endpoint>]) -> Option<Arc<Endpoint>> {
+        if route != Route::Leader {
+            return None;
+        }
+        match self.leader_stall() {
+            Some((ep, _, true)) if pool.len() > 1 && pool.iter().any(|e| Arc::ptr_eq(e, &ep)) => {
+                Some(ep)
+            }
+            _ => None,
+        }
     }
 
     /// The endpoint with this normalised URL, if it is in the set.
@@ -483,12 +557,14 @@ impl Balancer {
         }
     }
 
-    /// Wait until no leader outage is on, at most until `until`; wakes the probers first and
-    /// every `nudge` while waiting, so that the new leader is found quickly.
+    /// Wait until leader-bound calls can go (no leader outage is on, and the leader has not
+    /// stalled unless others are served; see [`Balancer::leader_unready`]), at most until
+    /// `until`; wakes the probers first and every `nudge` while waiting, so that the new leader
+    /// (or the stalled one answering again) is found quickly.
     pub(crate) async fn await_leader(&self, until: Instant, nudge: Duration) {
         let mut view = self.leader_changes();
         loop {
-            if self.leader_outage().is_none() {
+            if self.leader_unready().is_none() {
                 return;
             }
             self.probe_now();

@@ -157,7 +157,14 @@ impl Transport {
                     .max()
             })
         };
+        // A prompt call that needs the leader leaves a debt on its member until answered: the
+        // next leader-bound call sees a stalled leader at once, even when this one's caller
+        // gives up and drops it (see `endpoint/silence.rs`).
+        let owes = route == Route::Leader && config.prompt;
         let launch = |id: AttemptId, ep: Arc<Endpoint>| {
+            if owes {
+                ep.owe();
+            }
             let mut request = Request::new(make());
             let (generation, sent_token) = self.decorate(rpc, require_leader, &mut request);
             // Tell the server too (grpc-timeout), so it stops working for us in time; not for
@@ -208,6 +215,9 @@ impl Transport {
                         Ok(response) => {
                             let latency = answer.started.elapsed();
                             answer.ep.on_success(latency);
+                            if owes {
+                                answer.ep.served();
+                            }
                             if config.hedging {
                                 answer.ep.on_answer(latency, cap);
                             }

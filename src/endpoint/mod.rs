@@ -9,6 +9,7 @@ mod health;
 mod latency;
 mod pace;
 pub(crate) mod prober;
+mod silence;
 pub(crate) mod sync;
 mod unix;
 mod url;
@@ -30,9 +31,11 @@ pub(crate) use health::{Failure, Health, HealthConfig};
 #[cfg(test)]
 pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
+use silence::Silence;
 pub(crate) use pace::stall_limit;
+pub(crate) use pace::STALL_FLOOR;
 #[cfg(test)]
-pub(crate) use pace::{STALL_FACTOR, STALL_FLOOR};
+pub(crate) use pace::STALL_FACTOR;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 
 /// What the member's last Status answer said about raft.
@@ -110,6 +113,8 @@ pub(crate) struct Endpoint {
     /// hub's) checks it at once; its own channel, not `changes`: a suspicion is no health
     /// transition and must not wake everyone who follows health.
     suspected_news: tokio::sync::watch::Sender<()>,
+    /// Since when it has owed an answer that needs the leader (see [`silence`]).
+    silence: Silence,
 }
 
 /// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
@@ -166,6 +171,7 @@ impl Endpoint {
             ejections: AtomicU64::new(0),
             suspicions: AtomicU64::new(0),
             suspected_news: tokio::sync::watch::Sender::new(()),
+            silence: Silence::new(Instant::now()),
         })
     }
 
@@ -195,6 +201,28 @@ impl Endpoint {
             self.suspected_news.send_replace(());
         }
         news
+    }
+
+    /// A request that needs the leader (a prompt leader-bound attempt, a probe) goes out to
+    /// this member now: it owes an answer until it serves one (see [`silence`]).
+    pub(crate) fn owe(&self) {
+        self.silence.owe(Instant::now());
+    }
+
+    /// This member served a request that needed the leader: it owes nothing.
+    pub(crate) fn served(&self) {
+        self.silence.served();
+    }
+
+    /// Since when this member has owed an answer that needs the leader, when that is longer
+    /// than its stall limit (8 x its own pace, within 100 ms..`cap`): it stalled, or lost
+    /// its quorum, and a leader-bound call sent here now would hang.
+    pub(crate) fn stalled_since(&self, cap: Duration) -> Option<Instant> {
+        let now = Instant::now();
+        // Nothing owed for as long as the shortest limit: the common case, no lock taken.
+        self.silence.stalled_since(STALL_FLOOR.min(cap), now)?;
+        self.silence
+            .stalled_since(stall_limit(self.pace_hint(), cap), now)
     }
 
     /// Wakes each time this member becomes suspected.

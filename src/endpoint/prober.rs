@@ -110,6 +110,9 @@ impl Prober {
 /// One probe of `ep`; records the result on the endpoint and reports the rest to `sink`.
 pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink) {
     let started = Instant::now();
+    // The probe ends in a linearizable read: until one is served, the member owes it (what
+    // tells a leader-bound call that the leader stalled, see `silence.rs`).
+    ep.owe();
 
     // Probes carry no auth token: an answer of etcd's auth layer ("user name is empty",
     // "permission denied") comes after the read index, so it proves as much, and probing with
@@ -178,12 +181,14 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
     let remaining = timeout.saturating_sub(started.elapsed());
     match tokio::time::timeout(remaining, KvClient::new(ep.channel.clone()).range(request)).await {
         Ok(Ok(_)) => {
+            ep.served();
             ep.set_linearizable_ok(started);
             ep.on_probe_ok(true, started.elapsed())
         }
         Ok(Err(s)) => match Error::from_status(s, &ep.url) {
             // Permission denied went through consensus: healthy (etcdctl endpoint health).
             Error::PermissionDenied | Error::AuthRequired | Error::InvalidAuthToken => {
+                ep.served();
                 ep.set_linearizable_ok(started);
                 ep.on_probe_ok(true, started.elapsed())
             }

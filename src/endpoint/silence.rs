@@ -1,0 +1,126 @@
+//! A member's silence: since when it has owed an answer that needs the leader without giving
+//! one, so that a leader-bound call about to be sent can see at once that the leader stalled
+//! (no IO, no lock: one atomic).
+//!
+//! A debt starts when a prompt leader-bound attempt or a probe goes out while nothing is owed,
+//! and ends only when the member *serves* such a request (a write or linearizable read
+//! answered, a probe's linearizable read done). A call that its caller drops leaves its debt
+//! behind: the member never answered it, and that is the one thing the next call must know
+//! (an application that times out its own calls drops every call it sends to a frozen leader,
+//! and nothing else would tell the client). The debt blames nobody: it never ejects, it only
+//! makes leader-bound calls wait for the leader to answer again or for the next leader (see
+//! `Balancer::leader_stall`), and a waiting call wakes the probers, whose next read on a
+//! healthy member ends it within a round trip.
+//!
+//! ```text
+//!            owe (nothing owed)                    owed longer than the stall limit
+//!   +-------+ -----------------> +-------+ ---------------------------------------> +---------+
+//!   | Clear |                    | Owing |                                         | Stalled |
+//!   +-------+ <----------------- +-------+ <--------------------------------------- +---------+
+//!                 served                                   served
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The oldest unanswered debt, as nanoseconds after `epoch` plus one (0: nothing owed).
+#[derive(Debug)]
+pub(crate) struct Silence {
+    epoch: Instant,
+    owed_since: AtomicU64,
+}
+
+impl Silence {
+    /// Nothing owed.
+    pub(crate) fn new(now: Instant) -> Self {
+        Silence {
+            epoch: now,
+            owed_since: AtomicU64::new(0),
+        }
+    }
+
+    fn encode(&self, at: Instant) -> u64 {
+        let nanos = at.saturating_duration_since(self.epoch).as_nanos();
+        u64::try_from(nanos).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// A request that needs the leader went out at `now`: a debt starts unless one is on.
+    pub(crate) fn owe(&self, now: Instant) {
+        if self.owed_since.load(Ordering::Relaxed) == 0 {
+            let _ = self.owed_since.compare_exchange(
+                0,
+                self.encode(now),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// The member served a request that needed the leader: nothing is owed.
+    pub(crate) fn served(&self) {
+        if self.owed_since.load(Ordering::Relaxed) != 0 {
+            self.owed_since.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Since when the member has owed an answer, if for at least `limit` at `now`.
+    pub(crate) fn stalled_since(&self, limit: Duration, now: Instant) -> Option<Instant> {
+        let raw = self.owed_since.load(Ordering::Relaxed);
+        if raw == 0 {
+            return None;
+        }
+        let since = self.epoch + Duration::from_nanos(raw - 1);
+        (now.saturating_duration_since(since) >= limit).then_some(since)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_millis(100);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_debt_stalls_the_member_at_the_limit_and_serving_ends_it() {
+        let s = Silence::new(Instant::now());
+        assert_eq!(s.stalled_since(LIMIT, Instant::now()), None, "nothing owed");
+        tokio::time::advance(ms(5)).await;
+        let sent = Instant::now();
+        s.owe(sent);
+        tokio::time::advance(LIMIT - ms(1)).await;
+        assert_eq!(s.stalled_since(LIMIT, Instant::now()), None, "not yet");
+        tokio::time::advance(ms(1)).await;
+        assert_eq!(s.stalled_since(LIMIT, Instant::now()), Some(sent));
+        s.served();
+        assert_eq!(s.stalled_since(LIMIT, Instant::now()), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_debt_counts_and_a_later_one_does_not_move_it() {
+        let s = Silence::new(Instant::now());
+        let first = Instant::now();
+        s.owe(first);
+        tokio::time::advance(ms(60)).await;
+        s.owe(Instant::now());
+        tokio::time::advance(ms(40)).await;
+        assert_eq!(s.stalled_since(LIMIT, Instant::now()), Some(first));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_debt_outlives_the_call_that_made_it_until_the_member_serves() {
+        // The caller dropped its call long ago; the member never answered anything since.
+        let s = Silence::new(Instant::now());
+        s.owe(Instant::now());
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(s.stalled_since(LIMIT, Instant::now()).is_some());
+        s.served();
+        s.owe(Instant::now());
+        assert_eq!(s.stalled_since(LIMIT, Instant::now()), None, "a new debt");
+    }
+}
