@@ -411,3 +411,70 @@ async fn a_leader_cut_off_from_its_peers_costs_the_reelection() {
     let fault = FromPeers(&cluster);
     judge("own-timeout-from-peers", &cluster, &cluster.endpoints(), &fault).await;
 }
+
+/// The other side of the same rule: an application whose own timeout is shorter than a healthy
+/// but slow leader's answers drops every call it makes there. That teaches the client nothing
+/// against the leader (it is never ejected, no outage starts), and a patient call still goes to
+/// it and gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
+    let cluster = support::cluster3_in_memory().await;
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
+    let endpoints: Vec<String> = (0..3)
+        .map(|i| {
+            if i == leader {
+                proxy.url("http")
+            } else {
+                cluster.endpoint(i)
+            }
+        })
+        .collect();
+    let client = Client::connect(&endpoints, Options::new().without_member_sync())
+        .await
+        .unwrap();
+    let known = Instant::now();
+    while !client.endpoints().iter().any(|e| e.is_leader && e.url == proxy.url("http")) {
+        assert!(known.elapsed() < Duration::from_secs(10), "leader not known");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A round trip through the proxy takes at least 2 x 120 ms: every 100 ms call is dropped.
+    proxy.set_mode(Mode::Latency(Duration::from_millis(120)));
+    let before = client.call_stats();
+    let kv = client.kv();
+    let mut dropped = 0;
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let put = kv.put(support::unique("dropped"), "v", PutOptions::new());
+        if tokio::time::timeout(Duration::from_millis(100), put).await.is_err() {
+            dropped += 1;
+        }
+    }
+    assert!(dropped > 20, "the calls were dropped ({dropped})");
+    let run = client.call_stats().since(&before);
+    let slow = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.url == proxy.url("http"))
+        .unwrap();
+    assert_eq!(run.ejections, 0, "no member ejected: {:?}", client.endpoints());
+    assert!(slow.is_leader, "still the leader: {slow:?}");
+    assert_eq!(slow.health, etcd_ha::HealthState::Healthy, "{slow:?}");
+    // A patient caller is answered by the slow leader, within a few of its round trips.
+    let accepted = proxy.accepted();
+    let t = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), kv.put("patient", "v", PutOptions::new()))
+        .await
+        .expect("a patient put is answered")
+        .unwrap();
+    eprintln!(
+        "slow leader: {dropped} calls dropped, a patient put took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "the patient put took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(proxy.accepted(), accepted, "no reconnection to the leader");
+}

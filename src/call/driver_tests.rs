@@ -573,3 +573,124 @@ async fn a_dropped_write_goes_again_as_soon_as_the_next_leader_is_known() {
     );
     assert_eq!(transport.balancer.leader_id(), 2);
 }
+
+/// Issue 17: an application that times out its own calls drops the put it sent to a frozen
+/// leader; the next put must not go there too (it hung for its whole deadline, two deadlines
+/// in all), but wait for the next leader and go to it the moment it is known.
+#[tokio::test(start_paused = true)]
+async fn after_a_dropped_call_on_a_stalled_leader_the_next_waits_for_the_next_leader() {
+    let transport = transport(Options::default());
+    let first = transport.unary(
+        Rpc::Put,
+        Call::new(Target::Any, Deadline::Default),
+        put(),
+        |_c, _r| never::<PutResponse>(),
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), first)
+            .await
+            .is_err()
+    );
+    assert_eq!(transport.balancer.leader_id(), 1, "nobody was blamed");
+    let next = transport.balancer.endpoints()[1].clone();
+    let elected = {
+        let (transport, next) = (transport.clone(), next.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let view = RaftView {
+                member_id: 2,
+                leader_id: 2,
+                raft_term: 2,
+                cluster_id: 7,
+            };
+            transport.balancer.record_status(&next, view).unwrap();
+            Instant::now()
+        })
+    };
+    let sent = Script::default();
+    let (to, _) = transport
+        .drive(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            false,
+            put,
+            |_c, _r| {
+                sent.launch();
+                async { Ok(Response::new(PutResponse::default())) }
+            },
+        )
+        .await
+        .unwrap();
+    let elected = elected.await.unwrap();
+    assert_eq!(sent.times(), vec![elected], "sent once the next leader was known");
+    assert!(Arc::ptr_eq(&to, &next), "to the next leader, not {to:?}");
+    assert_eq!(leader(&transport).state(), HealthState::Healthy, "nobody ejected");
+}
+
+/// The same wait ends as soon as the stalled leader serves again (a short freeze, a slow
+/// moment): the call then goes to it.
+#[tokio::test(start_paused = true)]
+async fn a_call_waiting_on_a_stalled_leader_goes_to_it_when_it_serves_again() {
+    let transport = transport(Options::default());
+    let lead = leader(&transport);
+    lead.owe();
+    tokio::time::advance(Duration::from_millis(150)).await;
+    assert!(transport.balancer.leader_unready().is_some(), "stalled");
+    let answered = {
+        let lead = lead.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            lead.served();
+            Instant::now()
+        })
+    };
+    let sent = Script::default();
+    let (to, _) = transport
+        .drive(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            false,
+            put,
+            |_c, _r| {
+                sent.launch();
+                async { Ok(Response::new(PutResponse::default())) }
+            },
+        )
+        .await
+        .unwrap();
+    let answered = answered.await.unwrap();
+    let at = sent.times()[0];
+    assert!(
+        at >= answered && at - answered <= super::super::LEADER_NUDGE,
+        "sent {:?} after the leader served",
+        at - answered
+    );
+    assert!(Arc::ptr_eq(&to, &lead));
+}
+
+/// A leader that stalled for us while a follower has served a linearizable read since (our
+/// link to it broke; it leads on for the others) takes no leader-bound call: a follower
+/// forwards it, at once.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_leader_served_by_its_peers_is_reached_through_a_follower() {
+    let transport = transport(Options::default());
+    let lead = leader(&transport);
+    lead.owe();
+    tokio::time::advance(Duration::from_millis(150)).await;
+    let follower = transport.balancer.endpoints()[1].clone();
+    follower.set_linearizable_ok(Instant::now());
+    assert!(transport.balancer.leader_unready().is_none());
+    let started = Instant::now();
+    let (to, _) = transport
+        .drive(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            false,
+            put,
+            |_c, _r| async { Ok(Response::new(PutResponse::default())) },
+        )
+        .await
+        .unwrap();
+    assert_eq!(Instant::now(), started, "no wait");
+    assert!(!Arc::ptr_eq(&to, &lead), "not to the stalled leader");
+}
