@@ -197,12 +197,23 @@ async fn trial(
         let options = Options::new()
             .without_member_sync()
             .with_request_timeout(Duration::from_millis(200));
-        observers.push(Client::connect([cluster.endpoint(i)], options).await.unwrap());
+        observers.push(
+            Client::connect([cluster.endpoint(i)], options)
+                .await
+                .unwrap(),
+        );
     }
     // The probes must know who leads before the fault, so the traffic really goes there.
     let known = Instant::now();
-    while !client.endpoints().iter().any(|e| e.is_leader && *e.url == endpoints[leader]) {
-        assert!(known.elapsed() < Duration::from_secs(10), "{name}: leader not known");
+    while !client
+        .endpoints()
+        .iter()
+        .any(|e| e.is_leader && *e.url == endpoints[leader])
+    {
+        assert!(
+            known.elapsed() < Duration::from_secs(10),
+            "{name}: leader not known"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -242,7 +253,11 @@ async fn trial(
         .max()
         .unwrap_or((heal_at - fault_at, heal_at));
     let rate = |from: Instant, to: Instant| {
-        let n = seen.acked.iter().filter(|t| **t >= from && **t < to).count();
+        let n = seen
+            .acked
+            .iter()
+            .filter(|t| **t >= from && **t < to)
+            .count();
         n as f64 / (to - from).as_secs_f64().max(0.001)
     };
     let before = rate(start + Duration::from_secs(1), fault_at);
@@ -250,7 +265,11 @@ async fn trial(
     let worst_errors = seen
         .errors
         .iter()
-        .map(|e| e.iter().filter(|(t, _)| *t >= fault_at && *t < heal_at).count())
+        .map(|e| {
+            e.iter()
+                .filter(|(t, _)| *t >= fault_at && *t < heal_at)
+                .count()
+        })
         .max()
         .unwrap_or(0);
     let t = Trial {
@@ -285,26 +304,26 @@ fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
 
 /// The bounds, on the medians of `trials` at `loops` in flight.
 fn assert_medians(name: &str, loops: usize, trials: &[Trial]) {
-        let gap = median(trials.iter().map(|t| t.gap).collect());
-        let reelection = median(trials.iter().map(|t| t.reelection).collect());
-        let errors = median(trials.iter().map(|t| t.worst_errors).collect());
-        let ratio = median(trials.iter().map(|t| t.ratio).collect());
-        let floor = reelection.max(DEADLINE);
-        assert!(
-            gap <= floor + SLACK,
-            "{name} x{loops}: longest gap {gap:?}, re-election {reelection:?}, bound {:?}",
-            floor + SLACK
-        );
-        let allowed = 1 + (reelection.as_millis() / DEADLINE.as_millis()) as usize;
-        assert!(
-            errors <= allowed,
-            "{name} x{loops}: {errors} errors in one loop, at most {allowed}"
-        );
-        assert!(
-            ratio >= 0.7,
-            "{name} x{loops}: puts after recovery at {:.0} % of before",
-            ratio * 100.0
-        );
+    let gap = median(trials.iter().map(|t| t.gap).collect());
+    let reelection = median(trials.iter().map(|t| t.reelection).collect());
+    let errors = median(trials.iter().map(|t| t.worst_errors).collect());
+    let ratio = median(trials.iter().map(|t| t.ratio).collect());
+    let floor = reelection.max(DEADLINE);
+    assert!(
+        gap <= floor + SLACK,
+        "{name} x{loops}: longest gap {gap:?}, re-election {reelection:?}, bound {:?}",
+        floor + SLACK
+    );
+    let allowed = 1 + (reelection.as_millis() / DEADLINE.as_millis()) as usize;
+    assert!(
+        errors <= allowed,
+        "{name} x{loops}: {errors} errors in one loop, at most {allowed}"
+    );
+    assert!(
+        ratio >= 0.7,
+        "{name} x{loops}: puts after recovery at {:.0} % of before",
+        ratio * 100.0
+    );
 }
 
 /// Every concurrency level, `runs()` times each; asserts the bounds on the medians.
@@ -322,7 +341,13 @@ async fn judge(name: &str, cluster: &Cluster, endpoints: &[String], fault: &dyn 
 async fn a_frozen_leader_costs_the_reelection() {
     let cluster = support::cluster3_in_memory().await;
     let freeze = Freeze(&cluster);
-    judge("own-timeout-freeze", &cluster, &cluster.endpoints(), &freeze).await;
+    judge(
+        "own-timeout-freeze",
+        &cluster,
+        &cluster.endpoints(),
+        &freeze,
+    )
+    .await;
 }
 
 /// A cluster in network namespaces whose leader (at start) the client reaches through a proxy.
@@ -351,7 +376,9 @@ async fn proxied() -> (Cluster, FaultProxy, Vec<String>) {
 /// Moves leadership back to member `to` (the proxied one) after a trial elected another.
 async fn lead_again(cluster: &Cluster, to: usize) {
     cluster.wait_ready(support::READY).await.unwrap();
-    let client = Client::connect(cluster.endpoints(), Options::new()).await.unwrap();
+    let client = Client::connect(cluster.endpoints(), Options::new())
+        .await
+        .unwrap();
     let target = cluster.member_id(to).await.unwrap();
     for _ in 0..20 {
         let now = cluster.leader(support::READY).await.unwrap();
@@ -409,7 +436,13 @@ async fn a_leader_cut_off_from_its_peers_costs_the_reelection() {
         .expect("start a 3-member cluster in network namespaces");
     cluster.leader(support::READY).await.unwrap();
     let fault = FromPeers(&cluster);
-    judge("own-timeout-from-peers", &cluster, &cluster.endpoints(), &fault).await;
+    judge(
+        "own-timeout-from-peers",
+        &cluster,
+        &cluster.endpoints(),
+        &fault,
+    )
+    .await;
 }
 
 /// The other side of the same rule: an application whose own timeout is shorter than a healthy
@@ -434,8 +467,15 @@ async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
         .await
         .unwrap();
     let known = Instant::now();
-    while !client.endpoints().iter().any(|e| e.is_leader && e.url == proxy.url("http")) {
-        assert!(known.elapsed() < Duration::from_secs(10), "leader not known");
+    while !client
+        .endpoints()
+        .iter()
+        .any(|e| e.is_leader && e.url == proxy.url("http"))
+    {
+        assert!(
+            known.elapsed() < Duration::from_secs(10),
+            "leader not known"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // A round trip through the proxy takes at least 2 x 120 ms: every 100 ms call is dropped.
@@ -446,7 +486,10 @@ async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
         let put = kv.put(support::unique("dropped"), "v", PutOptions::new());
-        if tokio::time::timeout(Duration::from_millis(100), put).await.is_err() {
+        if tokio::time::timeout(Duration::from_millis(100), put)
+            .await
+            .is_err()
+        {
             dropped += 1;
         }
     }
@@ -457,16 +500,24 @@ async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
         .into_iter()
         .find(|e| e.url == proxy.url("http"))
         .unwrap();
-    assert_eq!(run.ejections, 0, "no member ejected: {:?}", client.endpoints());
+    assert_eq!(
+        run.ejections,
+        0,
+        "no member ejected: {:?}",
+        client.endpoints()
+    );
     assert!(slow.is_leader, "still the leader: {slow:?}");
     assert_eq!(slow.health, etcd_ha::HealthState::Healthy, "{slow:?}");
     // A patient caller is answered by the slow leader, within a few of its round trips.
     let accepted = proxy.accepted();
     let t = Instant::now();
-    tokio::time::timeout(Duration::from_secs(3), kv.put("patient", "v", PutOptions::new()))
-        .await
-        .expect("a patient put is answered")
-        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(3),
+        kv.put("patient", "v", PutOptions::new()),
+    )
+    .await
+    .expect("a patient put is answered")
+    .unwrap();
     eprintln!(
         "slow leader: {dropped} calls dropped, a patient put took {:?}",
         t.elapsed()

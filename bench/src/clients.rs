@@ -4,6 +4,9 @@
 //! Four clients run side by side in every trial, a fifth when asked for:
 //!
 //! - `etcd-ha` with [`etcd_ha::Options::default`]: what this crate ships.
+//! - `etcd-ha-alone`: the same, running one put loop and nothing else, as an application that
+//!   only writes: no reads, watch, lease or leadership on the client tell it of a fault, only
+//!   its own puts, each under the caller's own deadline (the case issue 17's regression hid in).
 //! - `etcd-client-default`: the `etcd-client` crate as `Client::connect(endpoints, None)`: no
 //!   request timeout, no connect timeout, no keepalive, no retry.
 //! - `etcd-client-tuned`: what a careful user of etcd-client configures (see [`tuned_options`]).
@@ -24,6 +27,7 @@ use crate::leadership::Held;
 use crate::lease::Kept;
 use crate::retry::{self, Op};
 use crate::watch::Watched;
+use crate::workload::LoopKind;
 
 /// Which client, and so which key prefix its loops write under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize)]
@@ -31,6 +35,8 @@ use crate::watch::Watched;
 pub enum ClientKind {
     /// This crate with its default options.
     EtcdHa,
+    /// This crate with its default options, running the put loop alone.
+    EtcdHaAlone,
     /// The `etcd-client` crate with its default options.
     EtcdClientDefault,
     /// The `etcd-client` crate with keepalive, connect and request timeouts set.
@@ -44,18 +50,28 @@ pub enum ClientKind {
 impl ClientKind {
     /// The clients of a run that names none, in the order the report lists them (Go's
     /// clientv3 only where Go and its sources are installed: see [`crate::goclient`]).
-    pub const ALL: [ClientKind; 5] = [
+    pub const ALL: [ClientKind; 6] = [
         ClientKind::EtcdHa,
+        ClientKind::EtcdHaAlone,
         ClientKind::EtcdClientDefault,
         ClientKind::EtcdClientTuned,
         ClientKind::EtcdClientTunedRetry,
         ClientKind::GoClientv3,
     ];
 
+    /// The loops the client runs, in [`LoopKind::ALL`] order.
+    pub fn loops(self) -> &'static [LoopKind] {
+        match self {
+            ClientKind::EtcdHaAlone => &[LoopKind::Put],
+            _ => &LoopKind::ALL,
+        }
+    }
+
     /// The name in the report and on the command line, also part of the client's key prefix.
     pub fn name(self) -> &'static str {
         match self {
             ClientKind::EtcdHa => "etcd-ha",
+            ClientKind::EtcdHaAlone => "etcd-ha-alone",
             ClientKind::EtcdClientDefault => "etcd-client-default",
             ClientKind::EtcdClientTuned => "etcd-client-tuned",
             ClientKind::EtcdClientTunedRetry => "etcd-client-tuned-retry",
@@ -67,6 +83,11 @@ impl ClientKind {
     pub fn describe(self, deadline: Duration) -> String {
         match self {
             ClientKind::EtcdHa => "Options::default()".to_string(),
+            ClientKind::EtcdHaAlone => {
+                "Options::default(); its put loop alone on the client (no reads, watch, lease or \
+                 leadership)"
+                    .to_string()
+            }
             ClientKind::EtcdClientDefault => "ConnectOptions: none (the crate's defaults)".into(),
             ClientKind::EtcdClientTuned => tuned_description(),
             ClientKind::EtcdClientTunedRetry => format!(
@@ -256,6 +277,12 @@ impl BenchClient {
     ) -> Result<Connected, String> {
         let mut ha = None;
         let (client, watch, lease, leadership) = match kind {
+            ClientKind::EtcdHaAlone => {
+                let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
+                    .await
+                    .map_err(|e| format!("etcd-ha could not connect: {e}"))?;
+                (BenchClient::Ha(client.kv()), None, None, None)
+            }
             ClientKind::EtcdHa => {
                 let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
                     .await

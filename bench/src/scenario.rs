@@ -59,6 +59,10 @@ pub enum Scenario {
     /// The leader is cut off from its peers for the hold (network namespaces), while the clients
     /// still reach it: it steps down, the others elect a new leader.
     LeaderPartition,
+    /// The leader is cut off from everyone for the hold: from its peers (network namespaces)
+    /// and from the clients, whose connections to it a [`FaultProxy`] keeps open while it drops
+    /// every byte (it still answers TCP, as a cut-off host behind a live middlebox does).
+    LeaderCutOff,
     /// Planned: three MoveLeaders in a row, one second apart, each from whoever leads.
     LeaderMoves,
     /// Planned: SIGTERM of the leader (etcd hands leadership over, then stops); started again
@@ -74,7 +78,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order they run.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::LeaderKill,
         Scenario::LeaderFreeze,
         Scenario::FollowerKill,
@@ -84,6 +88,7 @@ impl Scenario {
         Scenario::RollingRestart,
         Scenario::LeaderLinkLatency,
         Scenario::LeaderPartition,
+        Scenario::LeaderCutOff,
         Scenario::LeaderMoves,
         Scenario::LeaderSigterm,
         Scenario::RollingSigterm,
@@ -93,7 +98,7 @@ impl Scenario {
     /// The scenarios of a run that names none: the unplanned faults and the single MoveLeader,
     /// about 5 minutes on 2 cores at 3 trials. The other planned ones (`--all`, or by name)
     /// take longer per trial (a rolling restart needs a 20 s window).
-    pub const DEFAULT: [Scenario; 9] = [
+    pub const DEFAULT: [Scenario; 10] = [
         Scenario::LeaderKill,
         Scenario::LeaderFreeze,
         Scenario::FollowerKill,
@@ -103,6 +108,7 @@ impl Scenario {
         Scenario::RollingRestart,
         Scenario::LeaderLinkLatency,
         Scenario::LeaderPartition,
+        Scenario::LeaderCutOff,
     ];
 
     /// Short name, used in the report and the JSON file, and to select scenarios.
@@ -117,6 +123,7 @@ impl Scenario {
             Scenario::RollingRestart => "rolling-restart",
             Scenario::LeaderLinkLatency => "leader-link-latency",
             Scenario::LeaderPartition => "leader-partition",
+            Scenario::LeaderCutOff => "leader-cut-off",
             Scenario::LeaderMoves => "leader-moves",
             Scenario::LeaderSigterm => "leader-sigterm",
             Scenario::RollingSigterm => "rolling-sigterm",
@@ -150,6 +157,10 @@ impl Scenario {
             Scenario::LeaderPartition => {
                 format!("cut the leader off from its peers for {hold}, then heal")
             }
+            Scenario::LeaderCutOff => format!(
+                "cut the leader off from its peers and from the clients (a proxy that keeps \
+                 their connections and drops every byte) for {hold}, then heal"
+            ),
             Scenario::LeaderMoves => format!(
                 "MoveLeader {MOVES} times in a row, {} s apart",
                 MOVE_SPACING.as_secs()
@@ -176,7 +187,7 @@ impl Scenario {
     pub fn builder(self) -> ClusterBuilder {
         let builder = Cluster::builder().members(3);
         match self {
-            Scenario::LeaderPartition => builder.isolated_network(true),
+            Scenario::LeaderPartition | Scenario::LeaderCutOff => builder.isolated_network(true),
             _ => builder,
         }
     }
@@ -185,7 +196,7 @@ impl Scenario {
     pub fn needs_proxy(self) -> bool {
         matches!(
             self,
-            Scenario::LeaderLinkBlackhole | Scenario::LeaderLinkLatency
+            Scenario::LeaderLinkBlackhole | Scenario::LeaderLinkLatency | Scenario::LeaderCutOff
         )
     }
 
@@ -237,6 +248,7 @@ impl Scenario {
             Scenario::LeaderKill
             | Scenario::LeaderFreeze
             | Scenario::LeaderPartition
+            | Scenario::LeaderCutOff
             | Scenario::LeaderMove
             | Scenario::LeaderMoves
             | Scenario::LeaderSigterm => Some(Rule::NewLeader { old: old_leader_id }),
@@ -270,6 +282,10 @@ impl Scenario {
             Scenario::RestartAll => rig.cluster.kill_all(),
             Scenario::LeaderLinkBlackhole => rig.proxy().set_mode(Mode::Blackhole),
             Scenario::LeaderPartition => rig.cluster.partition(target())?,
+            Scenario::LeaderCutOff => {
+                rig.cluster.partition(target())?;
+                rig.proxy().set_mode(Mode::Blackhole);
+            }
         }
         Ok(())
     }
@@ -338,6 +354,11 @@ impl Scenario {
             }
             Scenario::LeaderPartition => {
                 tokio::time::sleep_until(injected + hold).await;
+                rig.cluster.heal(target()).map_err(text)?;
+            }
+            Scenario::LeaderCutOff => {
+                tokio::time::sleep_until(injected + hold).await;
+                rig.proxy().set_mode(Mode::Pass);
                 rig.cluster.heal(target()).map_err(text)?;
             }
         }

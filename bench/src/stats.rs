@@ -168,6 +168,10 @@ pub fn summarize(trials: &[TrialRecord], clients: &[ClientKind]) -> ScenarioSumm
                     Some((t, &l.metrics, &l.samples))
                 })
                 .collect();
+            if runs.is_empty() {
+                // A loop this client does not run (etcd-ha-alone runs only puts).
+                continue;
+            }
             let metric = |f: fn(&LoopMetrics) -> Option<f64>| {
                 Spread::of(runs.iter().filter_map(|(_, m, _)| f(m)))
             };

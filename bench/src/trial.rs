@@ -171,7 +171,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
                 .map(|holder| tokio::spawn(holder.hold(election, start, window_end))),
         );
         let client = &connected.client;
-        for loop_kind in LoopKind::ALL {
+        for &loop_kind in kind.loops() {
             let plan = LoopPlan {
                 kind: loop_kind,
                 client: client.clone(),
@@ -290,7 +290,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
                 .next()
                 .expect("one watcher entry per connected client");
             watch = seen.map(|seen| crate::watch::evaluate(&writes, seen, phases.fault_us));
-            for kind in LoopKind::ALL {
+            for &kind in kind.loops() {
                 let samples = samples.next().expect("one sample set per loop");
                 let metrics = metrics::summarize(&samples, &phases);
                 loops.push(LoopTrial {

@@ -622,9 +622,17 @@ async fn after_a_dropped_call_on_a_stalled_leader_the_next_waits_for_the_next_le
         .await
         .unwrap();
     let elected = elected.await.unwrap();
-    assert_eq!(sent.times(), vec![elected], "sent once the next leader was known");
+    assert_eq!(
+        sent.times(),
+        vec![elected],
+        "sent once the next leader was known"
+    );
     assert!(Arc::ptr_eq(&to, &next), "to the next leader, not {to:?}");
-    assert_eq!(leader(&transport).state(), HealthState::Healthy, "nobody ejected");
+    assert_eq!(
+        leader(&transport).state(),
+        HealthState::Healthy,
+        "nobody ejected"
+    );
 }
 
 /// The same wait ends as soon as the stalled leader serves again (a short freeze, a slow

@@ -31,11 +31,11 @@ pub(crate) use health::{Failure, Health, HealthConfig};
 #[cfg(test)]
 pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
-use silence::Silence;
-pub(crate) use pace::stall_limit;
-pub(crate) use pace::STALL_FLOOR;
 #[cfg(test)]
 pub(crate) use pace::STALL_FACTOR;
+pub(crate) use pace::STALL_FLOOR;
+pub(crate) use pace::stall_limit;
+use silence::Silence;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 
 /// What the member's last Status answer said about raft.
