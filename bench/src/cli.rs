@@ -31,8 +31,8 @@ pub struct Args {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub trials: u32,
 
-    /// Clients run side by side in every trial (comma-separated) [default: etcd-ha and the
-    /// three etcd-client ones]. go-clientv3 runs only when named: it needs Go and Debian's
+    /// Clients run side by side in every trial (comma-separated) [default: etcd-ha,
+    /// etcd-ha-alone and the three etcd-client ones]. go-clientv3 runs only when named: it needs Go and Debian's
     /// golang-etcd-server-dev, and is left out with the reason printed when they are missing.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub clients: Vec<ClientKind>,

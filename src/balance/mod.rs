@@ -301,11 +301,10 @@ impl Balancer {
             return None;
         }
         let endpoints = self.endpoints();
-        let cap = self.config.probes.timeout;
         // The silence first: one atomic per member unless one owes answers (the common case).
         let (ep, since) = endpoints
             .iter()
-            .filter_map(|e| e.stalled_since(cap).map(|since| (e, since)))
+            .filter_map(|e| e.stalled_since().map(|since| (e, since)))
             .find(|(e, _)| e.raft().member_id == leader)?;
         let served_elsewhere = endpoints.iter().any(|e| {
             !Arc::ptr_eq(e, ep)

@@ -31,10 +31,9 @@ pub(crate) use health::{Failure, Health, HealthConfig};
 #[cfg(test)]
 pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
-#[cfg(test)]
-pub(crate) use pace::STALL_FACTOR;
-pub(crate) use pace::STALL_FLOOR;
 pub(crate) use pace::stall_limit;
+#[cfg(test)]
+pub(crate) use pace::{STALL_FACTOR, STALL_FLOOR};
 use silence::Silence;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 
@@ -215,14 +214,14 @@ impl Endpoint {
     }
 
     /// Since when this member has owed an answer that needs the leader, when that is longer
-    /// than its stall limit (8 x its own pace, within 100 ms..`cap`): it stalled, or lost
-    /// its quorum, and a leader-bound call sent here now would hang.
-    pub(crate) fn stalled_since(&self, cap: Duration) -> Option<Instant> {
+    /// than its silence limit (2 x its own pace, within 100..500 ms; see [`silence`]): it
+    /// stalled, or lost its quorum, and a leader-bound call sent here now would hang.
+    pub(crate) fn stalled_since(&self) -> Option<Instant> {
         let now = Instant::now();
         // Nothing owed for as long as the shortest limit: the common case, no lock taken.
-        self.silence.stalled_since(STALL_FLOOR.min(cap), now)?;
+        self.silence.stalled_since(silence::SILENCE_FLOOR, now)?;
         self.silence
-            .stalled_since(stall_limit(self.pace_hint(), cap), now)
+            .stalled_since(silence::silence_limit(self.pace_hint()), now)
     }
 
     /// Wakes each time this member becomes suspected.

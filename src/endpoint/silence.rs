@@ -25,6 +25,30 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// A member owing past this many times its pace (the slower of its calls' tail and its
+/// smoothed latency) has stalled. 2, not the 8 of a stream's stall limit: a wrong judgment
+/// only makes leader-bound calls wait until the member serves the next request (a probe's
+/// read, a round trip away, since a waiting call wakes the probers), while a late one sends
+/// them to a frozen leader. On a loaded box (a 100 ms tail), 8 x pace reached the 1 s cap,
+/// as long as an application's own deadline, and the second put went to the frozen leader.
+pub(crate) const SILENCE_FACTOR: u32 = 2;
+
+/// The shortest silence judged a stall: below it, lateness is the box (a scheduler slice, an
+/// fsync hiccup), not the member.
+pub(crate) const SILENCE_FLOOR: Duration = Duration::from_millis(100);
+
+/// The longest: a member that has owed answers this long has stalled, however slow it was
+/// before; half of a typical 1 s application deadline, so that a call made then still has time
+/// to reach the next leader.
+pub(crate) const SILENCE_CAP: Duration = Duration::from_millis(500);
+
+/// How long a member whose pace is `pace` may owe answers before it has stalled.
+pub(crate) fn silence_limit(pace: Option<Duration>) -> Duration {
+    pace.map_or(SILENCE_CAP, |p| {
+        (p * SILENCE_FACTOR).clamp(SILENCE_FLOOR, SILENCE_CAP)
+    })
+}
+
 /// The oldest unanswered debt, as nanoseconds after `epoch` plus one (0: nothing owed).
 #[derive(Debug)]
 pub(crate) struct Silence {
@@ -84,6 +108,14 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_limit_is_twice_the_pace_within_bounds() {
+        assert_eq!(silence_limit(None), SILENCE_CAP);
+        assert_eq!(silence_limit(Some(ms(2))), SILENCE_FLOOR);
+        assert_eq!(silence_limit(Some(ms(100))), ms(200));
+        assert_eq!(silence_limit(Some(ms(400))), SILENCE_CAP);
     }
 
     #[tokio::test(start_paused = true)]

@@ -84,6 +84,9 @@ struct NewWatch {
     create: WatchCreateRequest,
     /// Reload the range instead of ending on compaction.
     reload: bool,
+    /// For a watch from "now": the newest revision this client had seen when it was asked
+    /// for; nothing at or below it is delivered (see [`Cursor::from_now`]).
+    floor: i64,
     /// The sending half of its buffer.
     tx: mpsc::Sender<Result<WatchBatch>>,
     /// Shared with the stream's handle: pause flag, last item.
@@ -114,11 +117,13 @@ impl Hub {
         Hub { inner }
     }
 
-    /// Start a managed watch; returns once the server created it. Gives up after `limit`.
+    /// Start a managed watch; returns once the server created it. Gives up after `limit`. A
+    /// watch from "now" (start revision 0) delivers nothing at or below `floor`.
     pub(crate) async fn watch(
         &self,
         create: WatchCreateRequest,
         reload: bool,
+        floor: i64,
         limit: Option<Duration>,
     ) -> Result<WatchStream> {
         let key = self.inner.next_key.fetch_add(1, Ordering::Relaxed);
@@ -131,6 +136,7 @@ impl Hub {
                 key,
                 create,
                 reload,
+                floor,
                 tx,
                 control: control.clone(),
                 ready,
@@ -405,13 +411,18 @@ impl HubTask {
                     key,
                     create,
                     reload,
+                    floor,
                     tx,
                     control,
                     ready,
                 } = *new;
                 let entry = Entry {
                     progress: create.progress_notify,
-                    cursor: Cursor::new(create.start_revision, self.max_bytes),
+                    cursor: if create.start_revision > 0 {
+                        Cursor::new(create.start_revision, self.max_bytes)
+                    } else {
+                        Cursor::from_now(floor, self.max_bytes)
+                    },
                     create,
                     reload,
                     tx,

@@ -85,11 +85,12 @@ impl Watch {
     /// (a watch from "now" is pinned to the revision it was created at); gives up with
     /// [`Error::Timeout`] after the client's request timeout.
     ///
-    /// "Now" is never earlier than what this client has already seen: a watch without a start
-    /// revision starts after the newest revision of any KV answer the client received (a put
-    /// it just made, say), even when the member serving the watch has not applied that
-    /// revision yet. Without this, a watch opened on a follower right after a write could
-    /// deliver that write.
+    /// "Now" is the serving member's current revision when the watch is created, and never
+    /// earlier than what this client has already seen: a watch without a start revision
+    /// delivers nothing at or below the newest revision of any KV answer the client received
+    /// (a put it just made, say), even when the member serving the watch has not applied that
+    /// revision yet, and nothing written before `watch` was called, however old the client's
+    /// last answer.
     ///
     /// # What it guarantees
     ///
@@ -164,15 +165,17 @@ impl Watch {
         let mut create = namespace::map(self.namespace.as_ref(), create, Namespace::watch_create);
         create.watch_id = 0;
         create.fragment = true;
-        if create.start_revision == 0 {
-            // 0 would be "the serving member's now", which can lag behind this client's.
-            let seen = self.transport.seen_revision();
-            if seen > 0 {
-                create.start_revision = seen + 1;
-            }
-        }
+        // "Now" is the serving member's, which can lag behind this client's: nothing at or
+        // below what the client has seen is delivered. (Starting at that revision + 1 instead
+        // replayed every write since, however old it was.)
+        let floor = self.transport.seen_revision();
         let mut stream = Hub::of(&self.hub, &self.transport)
-            .watch(create, reload, self.transport.options.request_timeout)
+            .watch(
+                create,
+                reload,
+                floor,
+                self.transport.options.request_timeout,
+            )
             .await?;
         stream.set_namespace(self.namespace.clone());
         Ok(stream)

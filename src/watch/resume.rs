@@ -7,8 +7,9 @@
 //! ```text
 //!  start revision S > 0   revision = S - 1            resume from S
 //!  start revision 0       revision unknown            create "from now" (0)
-//!    created at header H  revision = H                resume from H + 1 (pinned: a write
-//!                                                     during a failover is not missed)
+//!    created at header H  revision = max(H, F)        resume from that + 1 (pinned: a write
+//!                                                     during a failover is not missed; F is
+//!                                                     the newest revision the client had seen)
 //!  events ..E (complete)  revision = E                resume from E + 1
 //!  sound progress P > rev revision = P                resume from P + 1
 //!  reloaded at H          revision = H                resume from H + 1
@@ -40,6 +41,9 @@ pub(crate) struct Cursor {
     fragment_bytes: usize,
     /// Most bytes one reassembled response may take.
     max_bytes: usize,
+    /// A watch from "now" never delivers at or below this: the newest revision the client
+    /// had seen when the watch was asked for (0: none).
+    floor: i64,
 }
 
 /// The revision an event belongs to.
@@ -56,6 +60,19 @@ impl Cursor {
             fragments: Vec::new(),
             fragment_bytes: 0,
             max_bytes,
+            floor: 0,
+        }
+    }
+
+    /// A watch from "now", asked for when the client had seen revisions up to `floor`: created
+    /// "from now" on whichever member serves it, it starts after that member's now or after
+    /// `floor`, whichever is later. So it never replays a write the client saw before asking
+    /// (which starting at `floor + 1` did when `floor` was old: every write since then came
+    /// again, or `Compacted` at once), nor one that a lagging member applies late.
+    pub(crate) fn from_now(floor: i64, max_bytes: usize) -> Self {
+        Cursor {
+            floor: floor.max(0),
+            ..Cursor::new(0, max_bytes)
         }
     }
 
@@ -76,7 +93,7 @@ impl Cursor {
     /// Returns the revision the watch now stands at.
     pub(crate) fn created(&mut self, header_revision: i64) -> i64 {
         self.drop_fragments();
-        *self.revision.get_or_insert(header_revision)
+        *self.revision.get_or_insert(header_revision.max(self.floor))
     }
 
     /// One response's events arrived. Returns the batch to hand over, `(last revision,
@@ -184,6 +201,24 @@ mod tests {
 
     fn revs(events: &[Event]) -> Vec<i64> {
         events.iter().map(mod_revision).collect()
+    }
+
+    #[test]
+    fn a_watch_from_now_starts_after_the_members_now_or_what_the_client_saw() {
+        // The client saw revision 10 long ago; the member is at 1,010: nothing before is
+        // replayed.
+        let mut c = Cursor::from_now(10, NO_CAP);
+        assert_eq!(c.resume_from(), 0, "created from the member's now");
+        assert_eq!(c.created(1010), 1010);
+        assert_eq!(c.resume_from(), 1011);
+        // A member behind the client's own write (at 8, the client saw 10): the write at 9..10
+        // the member applies late is not delivered.
+        let mut c = Cursor::from_now(10, NO_CAP);
+        assert_eq!(c.created(8), 10);
+        assert_eq!(c.resume_from(), 11);
+        assert_eq!(c.ev(vec![ev("k", 9), ev("k", 10)], false), None);
+        let (last, events) = c.ev(vec![ev("k", 11)], false).unwrap();
+        assert_eq!((last, revs(&events)), (11, vec![11]));
     }
 
     #[test]
