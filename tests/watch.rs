@@ -14,7 +14,8 @@ use std::time::Duration;
 use etcd_ha::proto::etcdserverpb::WatchResponse;
 use etcd_ha::proto::mvccpb::{Event, event::EventType};
 use etcd_ha::{
-    Client, DeleteOptions, PutOptions, ResponseStream, WatchBatch, WatchOptions, WatchStream,
+    Client, DeleteOptions, GetOptions, PutOptions, ResponseStream, WatchBatch, WatchOptions,
+    WatchStream,
 };
 use tokio::time::timeout;
 
@@ -1009,4 +1010,68 @@ async fn a_reload_or_fragments_over_the_cap_end_that_watch_only() {
     assert_eq!(managed_events(&mut fresh, 1).await.len(), 1);
     assert_eq!(fresh.revision(), r);
     assert_eq!(client.watch().streams_opened(), 1, "the stream never broke");
+}
+
+/// Issue 18: a watch from "now" delivers nothing written before `watch` was called, however
+/// old this client's last answer is, and does not end on a compaction of that old history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_now_does_not_replay_what_others_wrote_since_our_last_answer() {
+    let cluster = support::cluster3().await;
+    let reader = support::client(&cluster).await;
+    let writer = support::client(&cluster).await;
+    let key = support::unique("from-now");
+    // The reader's last KV answer is old: 300 writes by someone else come after it.
+    reader
+        .kv()
+        .get(key.as_str(), GetOptions::new())
+        .await
+        .unwrap();
+    for i in 0..300 {
+        put(&writer, &key, &format!("old{i}")).await;
+    }
+    let mut fresh = reader
+        .watch()
+        .watch(key.as_str(), WatchOptions::new())
+        .await
+        .unwrap();
+    put(&writer, &key, "last").await;
+    let batch = timeout(Duration::from_secs(10), fresh.next_batch())
+        .await
+        .expect("an event")
+        .expect("the watch is open")
+        .unwrap();
+    let WatchBatch::Events { events, .. } = batch else {
+        panic!("expected the new write, got {batch:?}");
+    };
+    let values: Vec<String> = events
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.kv.as_ref().unwrap().value).into_owned())
+        .collect();
+    assert_eq!(
+        values,
+        vec!["last".to_string()],
+        "only what came after watch()"
+    );
+
+    // The same after the history the old answer points into is compacted away.
+    let head = put(&writer, &key, "before-compaction").await;
+    writer.kv().compact(head, true).await.unwrap();
+    let mut after_compaction = reader
+        .watch()
+        .watch(key.as_str(), WatchOptions::new())
+        .await
+        .unwrap();
+    put(&writer, &key, "after").await;
+    let batch = timeout(Duration::from_secs(10), after_compaction.next_batch())
+        .await
+        .expect("an event")
+        .expect("the watch is open")
+        .unwrap();
+    match batch {
+        WatchBatch::Events { events, .. } => {
+            assert_eq!(events.len(), 1);
+            assert_eq!(events[0].kv.as_ref().unwrap().value, b"after");
+        }
+        other => panic!("expected the new write, got {other:?}"),
+    }
 }
