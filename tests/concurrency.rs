@@ -362,3 +362,72 @@ async fn lock_is_released_when_its_session_is_closed_or_lost() {
     assert!(third.create_revision() > dying.create_revision());
     drop(dying);
 }
+
+/// Issue 18: a campaign or lock whose caller gives up while the txn putting its key is in
+/// flight (here: a slow link, so the txn is applied after the caller's timeout and before the
+/// cancellation reaches the member) leaves no key behind. Before, the key stayed as long as
+/// the session, and every other candidate waited behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_or_lock_abandoned_in_flight_leaves_no_key() {
+    use etcd_ha::testkit::{FaultProxy, Mode};
+
+    let cluster = support::cluster3().await;
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
+    let slow = Client::connect(
+        [proxy.url("http")],
+        etcd_ha::Options::new().without_member_sync(),
+    )
+    .await
+    .unwrap();
+    let other = support::client(&cluster).await;
+    let session = Session::new(&slow, TTL).await.unwrap();
+    let rival = Session::new(&other, TTL).await.unwrap();
+    let election_name = support::unique("abandoned-campaign");
+    let lock_name = support::unique("abandoned-lock");
+    // A round trip takes 2 x 150 ms: the request is applied ~150 ms after it is sent, the
+    // caller gives up at 200 ms, and its cancellation reaches the member after the apply.
+    proxy.set_mode(Mode::Latency(Duration::from_millis(150)));
+    let election = Election::new(&slow, election_name.as_str());
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(200),
+        election.campaign(&session, "abandoned"),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the campaign was abandoned in flight");
+    let mutex = Mutex::new(lock_name.as_str());
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), mutex.lock(&session)).await;
+    assert!(gave_up.is_err(), "the lock was abandoned in flight");
+
+    // Another session's campaign and lock win at once, though ours lives on.
+    let won = tokio::time::timeout(
+        Duration::from_secs(5),
+        Election::new(&other, election_name.as_str()).campaign(&rival, "rival"),
+    )
+    .await
+    .expect("the rival's campaign is not held up by an orphan key")
+    .unwrap();
+    let locked = tokio::time::timeout(
+        Duration::from_secs(5),
+        Mutex::new(lock_name.as_str()).lock(&rival),
+    )
+    .await
+    .expect("the rival's lock is not held up by an orphan key")
+    .unwrap();
+    for name in [&election_name, &lock_name] {
+        let keys = other
+            .kv()
+            .get(format!("{name}/"), GetOptions::new().with_prefix())
+            .await
+            .unwrap();
+        assert_eq!(keys.kvs.len(), 1, "only the rival's key under {name}");
+    }
+    assert!(
+        tokio::time::timeout(Duration::ZERO, session.done())
+            .await
+            .is_err(),
+        "our session lives on"
+    );
+    won.resign().await.unwrap();
+    locked.unlock().await.unwrap();
+}

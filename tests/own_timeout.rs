@@ -446,9 +446,10 @@ async fn a_leader_cut_off_from_its_peers_costs_the_reelection() {
 }
 
 /// The other side of the same rule: an application whose own timeout is shorter than a healthy
-/// but slow leader's answers drops every call it makes there. That teaches the client nothing
-/// against the leader (it is never ejected, no outage starts), and a patient call still goes to
-/// it and gets its answer.
+/// but slow leader's answers drops the calls it makes there. That teaches the client nothing
+/// against the leader (it is never ejected, it still leads in the client's view); while its
+/// answers are owed and its peers are served, leader-bound calls go through a follower, and a
+/// patient call is answered within a round trip of the slow link, without a reconnection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
     let cluster = support::cluster3_in_memory().await;
@@ -493,7 +494,7 @@ async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
             dropped += 1;
         }
     }
-    assert!(dropped > 20, "the calls were dropped ({dropped})");
+    assert!(dropped > 0, "calls were dropped");
     let run = client.call_stats().since(&before);
     let slow = client
         .endpoints()
@@ -508,7 +509,7 @@ async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
     );
     assert!(slow.is_leader, "still the leader: {slow:?}");
     assert_eq!(slow.health, etcd_ha::HealthState::Healthy, "{slow:?}");
-    // A patient caller is answered by the slow leader, within a few of its round trips.
+    // A patient caller is answered within a round trip of the slow link.
     let accepted = proxy.accepted();
     let t = Instant::now();
     tokio::time::timeout(
@@ -523,7 +524,7 @@ async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
         t.elapsed()
     );
     assert!(
-        t.elapsed() < Duration::from_millis(1500),
+        t.elapsed() < Duration::from_millis(500),
         "the patient put took {:?}",
         t.elapsed()
     );
@@ -554,7 +555,24 @@ async fn a_move_by_someone_else_costs_the_handover() {
             tokio::spawn(async move { put_loops(&client, &prefix, 4, stop).await })
         };
         tokio::time::sleep(Duration::from_millis(1500)).await;
+        // The handover: until the target itself says it leads (polled every 2 ms).
+        let watcher = Client::connect(
+            [cluster.endpoint((leader + 1) % 3)],
+            Options::new().without_member_sync(),
+        )
+        .await
+        .unwrap();
         let asked = Instant::now();
+        let led = tokio::spawn(async move {
+            loop {
+                if let Ok(s) = watcher.maintenance().status().await
+                    && s.leader == target
+                {
+                    return Instant::now();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        });
         operator
             .maintenance()
             .on(&cluster.endpoint(leader))
@@ -562,10 +580,11 @@ async fn a_move_by_someone_else_costs_the_handover() {
             .move_leader(target)
             .await
             .expect("MoveLeader");
-        let handover = asked.elapsed();
+        let handover = led.await.unwrap() - asked;
         tokio::time::sleep(Duration::from_millis(1000)).await;
         stop.store(true, Ordering::Relaxed);
         let seen = loops.await.unwrap();
+        // The gap that spans the move: from the last put acknowledged before it was asked.
         let gap = seen
             .acked
             .windows(2)

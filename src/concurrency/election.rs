@@ -4,6 +4,7 @@
 use super::fence::Fence;
 use super::keys::{key_of, prefix_of, range_kvs, revision, show};
 use super::observe::Observe;
+use super::pending::Pending;
 use super::queue::{delete_if, key_gone_error, spawn_delete, wait_turn};
 use crate::Session;
 use crate::client::Client;
@@ -82,10 +83,11 @@ impl Election {
     ///
     /// # Cancellation
     ///
-    /// Dropping the returned future while it waits (for instance in `tokio::select!` or under
-    /// `tokio::time::timeout`) withdraws the candidacy: the key is deleted in a background task
-    /// on the current runtime (conditionally, on its create revision). The same happens when
-    /// the campaign fails. If that delete cannot run (no runtime, etcd unreachable), the key
+    /// Dropping the returned future at any point (for instance in `tokio::select!` or under
+    /// `tokio::time::timeout`), even while the txn that puts the key is in flight, withdraws
+    /// the candidacy: the key is deleted in a background task on the current runtime
+    /// (conditionally, on its create revision, or while the txn's answer is owed, on the
+    /// session's lease). The same happens when the campaign fails, ambiguously too. If that delete cannot run (no runtime, etcd unreachable), the key
     /// goes with the session's lease. Run one campaign per session and election at a time:
     /// they share the session's key.
     ///
@@ -111,6 +113,8 @@ impl Election {
                 PutOptions::new().with_lease(lease_id),
             )])
             .or_else([TxnOp::get(key.clone(), GetOptions::new())]);
+        // Until the answer is in hand, a drop or an ambiguous failure withdraws the key.
+        let pending = Pending::arm(&self.client, &key, lease_id);
         let resp = self.client.kv().txn(txn).await?;
         let mut leader = Leader {
             client: self.client.clone(),
@@ -118,6 +122,7 @@ impl Election {
             lease_id,
             released: false,
         };
+        pending.settle();
         if !resp.succeeded {
             // Our session campaigned before: take its key over.
             let Some(existing) = range_kvs(&resp, 0).first() else {

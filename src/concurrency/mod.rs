@@ -59,6 +59,7 @@ mod leadership;
 mod limit;
 mod mutex;
 mod observe;
+mod pending;
 mod queue;
 pub mod stm;
 

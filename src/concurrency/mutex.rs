@@ -4,6 +4,7 @@
 use super::election::first_created;
 use super::fence::Fence;
 use super::keys::{key_of, prefix_of, range_kvs, revision, show};
+use super::pending::Pending;
 use super::queue::{delete_if, key_gone_error, spawn_delete, wait_turn};
 use crate::Session;
 use crate::client::Client;
@@ -138,6 +139,8 @@ impl Mutex {
                 TxnOp::get(key.clone(), GetOptions::new()),
                 TxnOp::get(self.prefix.clone(), first_created()),
             ]);
+        // Until the answer is in hand, a drop or an ambiguous failure withdraws the key.
+        let pending = Pending::arm(client, &key, lease_id);
         let resp = client.kv().txn(txn).await?;
         let create_revision = if resp.succeeded {
             revision(&resp)
@@ -155,6 +158,7 @@ impl Mutex {
             fence: Fence::new(key, create_revision),
             released: false,
         };
+        pending.settle();
         Ok((guard, owner))
     }
 }

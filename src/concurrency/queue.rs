@@ -25,7 +25,7 @@ pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Attempts of a conditional delete that failed with a retryable error (it is idempotent: it
 /// deletes only the key with our create revision).
-const DELETE_ATTEMPTS: usize = 3;
+pub(crate) const DELETE_ATTEMPTS: usize = 3;
 
 /// The error of a waiter whose own key is gone: its session's lease expired or was revoked
 /// (or somebody deleted the key), so it can never get its turn.
