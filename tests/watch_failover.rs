@@ -480,3 +480,76 @@ async fn watch_member_partitioned() {
         m.max_lag
     );
 }
+
+/// Issue 18: a quiet managed watch (no progress notify) sees nothing while thousands of writes
+/// go elsewhere and the history is compacted to the head; then the member serving its stream
+/// is killed and restarted. On a server whose progress answers are sound (3.5.8+: this test
+/// pins 3.5.35), the watch kept its place from them, resumes above the compaction, and
+/// delivers the next write to its range, where it used to end with `Compacted`. (Before
+/// 3.5.8 those answers can overtake events and keep no place; such a watch still ends with a
+/// truthful `Compacted`, or reloads with `with_reload_on_compaction`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_watch_survives_a_move_after_compaction_on_a_current_server() {
+    support::init_tracing();
+    let etcd = support::etcd_of_version("3.5.35");
+    let mut cluster = Cluster::builder()
+        .members(3)
+        .etcd_bin(etcd)
+        .start()
+        .await
+        .expect("start a 3-member etcd 3.5.35");
+    cluster.leader(support::READY).await.unwrap();
+    assert_eq!(cluster.etcd_version(), "3.5.35");
+    let client = Client::connect(cluster.endpoints(), Options::new())
+        .await
+        .unwrap();
+    let writer = Client::connect(cluster.endpoints(), Options::new())
+        .await
+        .unwrap();
+    let quiet = support::unique("quiet");
+    let mut watch = client
+        .watch()
+        .watch(format!("{quiet}/"), WatchOptions::new().with_prefix())
+        .await
+        .unwrap();
+    let elsewhere = support::unique("busy");
+    let mut head = 0;
+    for i in 0..2000 {
+        let resp = writer
+            .kv()
+            .put(format!("{elsewhere}/{i}"), "v", PutOptions::new())
+            .await
+            .unwrap();
+        head = resp.header.unwrap().revision;
+    }
+    writer.kv().compact(head, true).await.unwrap();
+    // A few of the hub's progress answers (one a second) after the compaction.
+    sleep(Duration::from_secs(3)).await;
+    let serving = client.watch().stream_endpoint().expect("a watch stream");
+    let member = (0..cluster.len())
+        .find(|&i| cluster.endpoint(i) == serving)
+        .expect("the stream is on a member");
+    cluster.kill(member);
+    cluster.restart(member).await.unwrap();
+    cluster.wait_ready(support::READY).await.unwrap();
+    writer
+        .kv()
+        .put(format!("{quiet}/x"), "after", PutOptions::new())
+        .await
+        .unwrap();
+    let batch = timeout(Duration::from_secs(15), watch.next_batch())
+        .await
+        .expect("the watch delivers within 15 s")
+        .expect("the watch is still open")
+        .expect("no error");
+    match batch {
+        WatchBatch::Events { events, .. } => {
+            let keys: Vec<String> = events
+                .iter()
+                .map(|e| String::from_utf8_lossy(&e.kv.as_ref().unwrap().key).into_owned())
+                .collect();
+            assert_eq!(keys, vec![format!("{quiet}/x")]);
+        }
+        other => panic!("expected the write, got {other:?}"),
+    }
+}

@@ -417,18 +417,7 @@ impl Balancer {
         let steady: Vec<Arc<Endpoint>>;
         let pool: &[Arc<Endpoint>] = match avoid_suspected(route, pool, &candidates) {
             Some(keep) => {
-                steady = pool
-                    .iter()
-                    .zip(&keep)
-                    .filter(|(_, k)| **k)
-                    .map(|(e, _)| e.clone())
-                    .collect();
-                candidates = candidates
-                    .into_iter()
-                    .zip(&keep)
-                    .filter(|(_, k)| **k)
-                    .map(|(c, _)| c)
-                    .collect();
+                (steady, candidates) = kept(pool, candidates, &keep);
                 &steady
             }
             None => pool,
@@ -439,18 +428,7 @@ impl Balancer {
         let pool: &[Arc<Endpoint>] = match self.stalled_but_served(route, pool) {
             Some(stalled) => {
                 let keep: Vec<bool> = pool.iter().map(|e| !Arc::ptr_eq(e, &stalled)).collect();
-                forwarded = pool
-                    .iter()
-                    .zip(&keep)
-                    .filter(|(_, k)| **k)
-                    .map(|(e, _)| e.clone())
-                    .collect();
-                candidates = candidates
-                    .into_iter()
-                    .zip(&keep)
-                    .filter(|(_, k)| **k)
-                    .map(|(c, _)| c)
-                    .collect();
+                (forwarded, candidates) = kept(pool, candidates, &keep);
                 &forwarded
             }
             None => pool,
@@ -583,6 +561,27 @@ impl Balancer {
             }
         }
     }
+}
+
+/// The members of `pool` (and their candidates) that `keep` marks.
+fn kept(
+    pool: &[Arc<Endpoint>],
+    candidates: Vec<Candidate>,
+    keep: &[bool],
+) -> (Vec<Arc<Endpoint>>, Vec<Candidate>) {
+    let members = pool
+        .iter()
+        .zip(keep)
+        .filter(|(_, k)| **k)
+        .map(|(e, _)| e.clone())
+        .collect();
+    let candidates = candidates
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| **k)
+        .map(|(c, _)| c)
+        .collect();
+    (members, candidates)
 }
 
 /// Which members of `pool` a call on `route` may go to when some are suspected of stalling:

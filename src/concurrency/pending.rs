@@ -19,7 +19,7 @@
 use tracing::Instrument;
 
 use super::keys::show;
-use super::queue::{DELETE_ATTEMPTS, RETRY_PAUSE};
+use super::queue::idempotent_txn;
 use crate::client::Client;
 use crate::error::Result;
 use crate::kv::DeleteOptions;
@@ -77,19 +77,9 @@ impl Drop for Pending {
 }
 
 /// Delete `key` if it carries `lease_id`; says whether it did. Idempotent, so retried.
-pub(crate) async fn withdraw(client: &Client, key: &[u8], lease_id: i64) -> Result<bool> {
+async fn withdraw(client: &Client, key: &[u8], lease_id: i64) -> Result<bool> {
     let txn = Txn::new()
         .when([Compare::lease(key.to_vec(), CompareOp::Equal, lease_id)])
         .and_then([TxnOp::delete(key.to_vec(), DeleteOptions::new())]);
-    let mut attempt = 1;
-    loop {
-        match client.kv().txn(txn.clone()).await {
-            Ok(resp) => return Ok(resp.succeeded),
-            Err(e) if e.is_retryable() && attempt < DELETE_ATTEMPTS => {
-                attempt += 1;
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    idempotent_txn(client, txn).await
 }

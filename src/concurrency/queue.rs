@@ -25,7 +25,7 @@ pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Attempts of a conditional delete that failed with a retryable error (it is idempotent: it
 /// deletes only the key with our create revision).
-pub(crate) const DELETE_ATTEMPTS: usize = 3;
+const DELETE_ATTEMPTS: usize = 3;
 
 /// The error of a waiter whose own key is gone: its session's lease expired or was revoked
 /// (or somebody deleted the key), so it can never get its turn.
@@ -181,6 +181,12 @@ pub(crate) async fn delete_if(client: &Client, key: &[u8], create_revision: i64)
             create_revision,
         )])
         .and_then([TxnOp::delete(key.to_vec(), DeleteOptions::new())]);
+    idempotent_txn(client, txn).await
+}
+
+/// Run `txn`, which is idempotent (a conditional delete), again after a retryable error, up to
+/// [`DELETE_ATTEMPTS`] times; says whether its condition held.
+pub(crate) async fn idempotent_txn(client: &Client, txn: Txn) -> Result<bool> {
     let mut attempt = 1;
     loop {
         match client.kv().txn(txn.clone()).await {

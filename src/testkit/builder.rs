@@ -71,6 +71,8 @@ pub struct ClusterBuilder {
     unix_sockets: bool,
     /// Where the cluster's directory is made; `None` = the system's temp dir.
     parent_dir: Option<PathBuf>,
+    /// This etcd binary instead of the one [`etcd_binary`](super::etcd_binary) finds.
+    etcd_bin: Option<PathBuf>,
 }
 
 impl Default for ClusterBuilder {
@@ -88,6 +90,7 @@ impl Default for ClusterBuilder {
             isolated_network: false,
             unix_sockets: false,
             parent_dir: None,
+            etcd_bin: None,
         }
     }
 }
@@ -335,6 +338,26 @@ impl ClusterBuilder {
         self
     }
 
+    /// Run this etcd binary (a test that needs a server of a given version, built by
+    /// `scripts/etcd-go.sh`), whatever `ETCD_BIN` says.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .etcd_bin(".etcd-cache/etcd-v3.5.35/etcd")
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(cluster.etcd_version(), "3.5.35");
+    /// # }
+    /// ```
+    pub fn etcd_bin(mut self, path: impl Into<PathBuf>) -> Self {
+        self.etcd_bin = Some(path.into());
+        self
+    }
+
     /// Finds (or provisions) etcd, starts the members and waits until they agree on a leader,
     /// then enables auth if asked.
     ///
@@ -351,8 +374,13 @@ impl ClusterBuilder {
             return Err(TestkitError::NoMembers);
         }
         // Finding etcd may mean downloading it: keep that off the async worker threads.
-        let (binary, version) = tokio::task::spawn_blocking(|| {
-            let binary = binary::etcd_binary()?;
+        let pinned = self.etcd_bin.clone();
+        let (binary, version) = tokio::task::spawn_blocking(move || {
+            let binary = match pinned {
+                Some(path) if path.is_file() => path,
+                Some(path) => return Err(TestkitError::EtcdBinMissing { path }),
+                None => binary::etcd_binary()?,
+            };
             let version = binary::etcd_version(&binary)?;
             Ok::<_, TestkitError>((binary, version))
         })

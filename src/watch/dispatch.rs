@@ -31,14 +31,13 @@ impl HubTask {
                 .values()
                 .copied()
                 .filter(|k| {
-                    self.entries.get(k).is_some_and(|e| {
-                        e.progress
-                            && matches!(e.state, State::Active { stamp, .. } if stamp < bound)
-                    })
+                    self.entries.get(k).is_some_and(
+                        |e| matches!(e.state, State::Active { stamp, .. } if stamp < bound),
+                    )
                 })
                 .collect();
             for key in covered {
-                self.report_progress(up, key, revision);
+                self.on_sound_progress(up, key, revision);
             }
             return;
         }
@@ -77,6 +76,22 @@ impl HubTask {
         // The server's own progress notification for this watch: sound on every version.
         if self.entries.get(&key).is_some_and(|e| e.progress) {
             self.report_progress(up, key, revision);
+        }
+    }
+
+    /// A sound answer to a progress request proved every event of watch `key` up to
+    /// `revision` was sent: a watch that asked for progress is told; a quiet one keeps its
+    /// place there without a word, so that a stream move after a compaction past its last
+    /// event resumes it from here instead of below the compaction (it ended `Compacted`
+    /// though nothing it watches had changed).
+    fn on_sound_progress(&mut self, up: &mut Up, key: u64, revision: i64) {
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if entry.progress {
+            self.report_progress(up, key, revision);
+        } else if entry.cursor.progress(revision).is_some() {
+            entry.cursor.advance(revision);
         }
     }
 
