@@ -86,6 +86,7 @@ impl Client {
         if urls.is_empty() {
             return Err(Error::NoEndpoints);
         }
+        refuse_plain_text(&urls, &options)?;
         let timeout = options.connect_timeout;
         let transport = Transport::start(&urls, options)?;
         let first = first_contact(&transport)
@@ -456,4 +457,27 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
             }
         }
     }
+}
+
+/// A list that mixes `https://` and `http://` members is refused (a typo or a copied config:
+/// the client would talk in plain text to some members of a cluster it reaches over TLS), and
+/// so are credentials with any `http://` member unless the options allow it: the password,
+/// and the token it buys, would cross the network in the clear.
+fn refuse_plain_text(urls: &[String], options: &Options) -> Result<()> {
+    let plain = urls.iter().find(|u| u.starts_with("http://"));
+    let Some(plain) = plain else {
+        return Ok(());
+    };
+    if options.tls.is_some() || urls.iter().any(|u| u.starts_with("https://")) {
+        return Err(Error::InvalidEndpoint {
+            endpoint: endpoint::redact(plain),
+            reason: "plain http:// in a list of https:// endpoints (or with TLS options)",
+        });
+    }
+    if options.credentials.is_some() && !options.plaintext_credentials {
+        return Err(Error::PlaintextCredentials {
+            endpoint: endpoint::redact(plain),
+        });
+    }
+    Ok(())
 }

@@ -47,6 +47,8 @@ pub struct SrvDiscovery {
     name_server: Option<SocketAddr>,
     /// Per-query timeout.
     timeout: Duration,
+    /// Look up the TLS records only: no fall back to plain `http://` members.
+    tls_only: bool,
 }
 
 impl SrvDiscovery {
@@ -61,7 +63,22 @@ impl SrvDiscovery {
             service_name: None,
             name_server: None,
             timeout: DEFAULT_DNS_TIMEOUT,
+            tls_only: false,
         }
+    }
+
+    /// Look up the TLS records (`_etcd-client-ssl`) only. Without it, a name that has none
+    /// falls back to the plain records, and an NXDOMAIN is easy to forge on the path: a client
+    /// that must reach its cluster over TLS should say so here. (Whatever the records say,
+    /// [`Client::connect`](crate::Client::connect) never sends credentials to `http://` members
+    /// unless allowed, nor mixes `http://` with TLS options.)
+    ///
+    /// ```
+    /// let srv = etcd_ha::discovery::SrvDiscovery::new("example.com").with_tls_only();
+    /// ```
+    pub fn with_tls_only(mut self) -> Self {
+        self.tls_only = true;
+        self
     }
 
     /// Look up `_etcd-client-<name>._tcp` (and `_etcd-client-ssl-<name>._tcp`), as etcd's
@@ -150,7 +167,12 @@ impl SrvDiscovery {
         }
         let resolver = self.resolver()?;
         let names = self.names();
-        for (name, scheme) in &names {
+        let asked = if self.tls_only {
+            &names[..1]
+        } else {
+            &names[..]
+        };
+        for (name, scheme) in asked {
             let records = match resolver.srv_lookup(name.as_str()).await {
                 Ok(lookup) => lookup,
                 // NXDOMAIN or an empty answer: try the next name.
@@ -175,7 +197,11 @@ impl SrvDiscovery {
             }
         }
         Err(Error::SrvNotFound {
-            name: format!("{} or {}", names[0].0, names[1].0),
+            name: if self.tls_only {
+                names[0].0.clone()
+            } else {
+                format!("{} or {}", names[0].0, names[1].0)
+            },
         })
     }
 

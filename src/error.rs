@@ -52,6 +52,17 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// Credentials were given with an `http://` endpoint: the password and the token would go
+    /// there in plain text. Use `https://` endpoints, or opt in with
+    /// [`Options::with_plaintext_credentials`](crate::Options::with_plaintext_credentials).
+    #[error(
+        "credentials refused over plain text to {endpoint}: use https:// endpoints, or opt in with Options::with_plaintext_credentials"
+    )]
+    PlaintextCredentials {
+        /// The first `http://` endpoint.
+        endpoint: String,
+    },
+
     /// An option is out of its valid range or contradicts another option.
     #[error("invalid option {option}: {reason}")]
     InvalidOptions {
@@ -346,6 +357,7 @@ impl Error {
             self,
             Error::NoEndpoints
                 | Error::InvalidEndpoint { .. }
+                | Error::PlaintextCredentials { .. }
                 | Error::InvalidOptions { .. }
                 | Error::TlsFile { .. }
                 | Error::TlsConfig(_)

@@ -222,7 +222,9 @@ async fn a_user_without_read_permission_gets_permission_denied_once() {
 
     let reader = Client::connect(
         cluster.endpoints(),
-        Options::new().with_user("reader", "reader-pw"),
+        Options::new()
+            .with_user("reader", "reader-pw")
+            .with_plaintext_credentials(),
     )
     .await
     .unwrap();

@@ -130,6 +130,28 @@ async fn malformed_endpoints_and_options_are_refused_before_dialling() {
             "{name}: {result:?}"
         );
     }
+    // Credentials over plain text (issue 18): refused before a byte goes out, password and
+    // token alike, unless the user opts in; a list mixing https:// and http:// members too.
+    let with_user = || Options::new().with_user("app", "the-password");
+    let refused = Client::connect([hang.as_str()], with_user()).await;
+    match &refused {
+        Err(e @ Error::PlaintextCredentials { endpoint }) => {
+            assert_eq!(endpoint, &hang);
+            assert!(!format!("{e} {e:?}").contains("the-password"), "{e:?}");
+        }
+        other => panic!("credentials over http:// accepted: {other:?}"),
+    }
+    let mixed = Client::connect(["https://127.0.0.1:1", hang.as_str()], Options::new()).await;
+    assert!(
+        matches!(&mixed, Err(Error::InvalidEndpoint { endpoint, .. }) if *endpoint == hang),
+        "{mixed:?}"
+    );
+    let mixed = Client::connect(["https://127.0.0.1:1", hang.as_str()], with_user()).await;
+    assert!(
+        matches!(&mixed, Err(Error::InvalidEndpoint { .. })),
+        "{mixed:?}"
+    );
+
     // Exactly 5 s is etcd's floor and is accepted (validation alone; nothing dialled).
     Options::new()
         .with_keepalive(Duration::from_secs(5), Duration::from_secs(1))

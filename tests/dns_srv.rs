@@ -246,6 +246,31 @@ async fn a_name_without_records_is_srv_not_found() {
         assert!(started.elapsed() < Duration::from_secs(3), "{domain}");
     }
 
+    // Asked for TLS only, a domain with plain records alone is not found: no downgrade to
+    // http:// on a missing (or forged-away) TLS name.
+    let mut plain_only = Zone::new();
+    plain_only.insert(
+        "_etcd-client._tcp.plain.test.".into(),
+        vec![("127.0.0.1".to_string(), 2379)],
+    );
+    let dns = dns_server(plain_only).await;
+    let found = SrvDiscovery::new("plain.test")
+        .with_name_server(dns)
+        .lookup()
+        .await
+        .unwrap();
+    assert_eq!(found, vec!["http://127.0.0.1:2379".to_string()]);
+    let err = SrvDiscovery::new("plain.test")
+        .with_name_server(dns)
+        .with_tls_only()
+        .lookup()
+        .await
+        .expect_err("no TLS records");
+    assert!(
+        matches!(&err, Error::SrvNotFound { name } if name.starts_with("_etcd-client-ssl._tcp.plain.test")),
+        "{err:?}"
+    );
+
     // No name server answers at all: a typed DNS error once the retries are spent.
     let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let err = SrvDiscovery::new("etcd.test")

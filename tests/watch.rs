@@ -883,7 +883,9 @@ async fn a_refused_watch_fails_alone_with_a_typed_error() {
 
     let reader = Client::connect(
         cluster.endpoints(),
-        etcd_ha::Options::new().with_user("reader", "reader-pw"),
+        etcd_ha::Options::new()
+            .with_user("reader", "reader-pw")
+            .with_plaintext_credentials(),
     )
     .await
     .unwrap();

@@ -38,6 +38,8 @@ pub struct Options {
     pub(crate) keepalive_timeout: Duration,
     /// User name and password; the client authenticates and renews the token itself.
     pub(crate) credentials: Option<Credentials>,
+    /// Send the credentials (and the token they buy) to `http://` endpoints too.
+    pub(crate) plaintext_credentials: bool,
     /// TLS settings; `None` means plain HTTP/2 unless an endpoint says `https://`.
     pub(crate) tls: Option<TlsOptions>,
     /// Requests larger than this are refused locally with [`Error::RequestTooLarge`].
@@ -77,6 +79,7 @@ impl Default for Options {
             keepalive_interval: Some(DEFAULT_KEEPALIVE_INTERVAL),
             keepalive_timeout: DEFAULT_KEEPALIVE_TIMEOUT,
             credentials: None,
+            plaintext_credentials: false,
             tls: None,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             // etcd's client default is "unlimited" (MaxInt32); 512 MiB still stops a runaway.
@@ -188,6 +191,22 @@ impl Options {
             user: user.into(),
             password: password.into(),
         });
+        self
+    }
+
+    /// Let the credentials of [`with_user`](Self::with_user), and the token they buy, go to
+    /// `http://` endpoints in plain text. Off by default: [`Client::connect`](crate::Client::connect)
+    /// refuses credentials with any `http://` endpoint ([`Error::PlaintextCredentials`]), since
+    /// anyone on the path reads the password and can use the token. For a loopback or test
+    /// cluster, or a network whose links are encrypted below etcd.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new()
+    ///     .with_user("app", "password")
+    ///     .with_plaintext_credentials();
+    /// ```
+    pub fn with_plaintext_credentials(mut self) -> Self {
+        self.plaintext_credentials = true;
         self
     }
 

@@ -63,6 +63,10 @@ pub fn options_for(cluster: &Cluster) -> Options {
     }
     if let Some((user, password)) = cluster.auth() {
         options = options.with_user(user, password);
+        if cluster.tls().is_none() {
+            // A loopback cluster without TLS: the credentials go in plain text on purpose.
+            options = options.with_plaintext_credentials();
+        }
     }
     options
 }
