@@ -46,7 +46,7 @@ pub struct Client {
     /// weakly, so it does not keep it alive).
     keeper: Arc<OnceLock<Keeper>>,
     /// The task owning the managed watches' shared stream, started on first use.
-    watch_hub: Arc<OnceLock<crate::watch::Hub>>,
+    watch_hub: Arc<crate::watch::HubCell>,
     /// The key prefix of this handle ([`with_namespace`](Self::with_namespace)), passed to
     /// every sub-client it hands out; `None` for the whole keyspace.
     namespace: Option<Namespace>,

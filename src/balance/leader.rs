@@ -102,7 +102,7 @@ impl LeaderCell {
                 return false;
             }
             view.member_id = to;
-            view.term += 1;
+            view.term = view.term.saturating_add(1);
             if view.lost.is_some_and(|(id, _)| id != to) {
                 view.lost = None;
             }
@@ -140,6 +140,15 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+
+    #[test]
+    fn an_appointment_at_the_last_term_does_not_panic() {
+        let cell = LeaderCell::default();
+        cell.observe(1, u64::MAX);
+        assert!(cell.appoint(1, 2));
+        assert_eq!(cell.get().term, u64::MAX);
+        assert_eq!(cell.get().member_id, 2);
+    }
 
     #[test]
     fn newer_terms_win_and_a_known_leader_beats_none() {

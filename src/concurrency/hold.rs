@@ -156,7 +156,7 @@ impl LeadershipHeld {
         let monitor = Monitor {
             client: client.clone(),
             mine: kv,
-            from_revision: revision + 1,
+            from_revision: revision.saturating_add(1),
             lease: lease.clone(),
             unavailable_bound,
             lost: lost_tx,

@@ -424,9 +424,12 @@ impl Leadership {
     /// ```
     pub async fn watch(&self, leader: &CurrentLeader) -> Result<LostReason> {
         let mine = &leader.kv;
-        let gone = follow_key(&self.client, &mine.key, leader.revision + 1, |kv| {
-            changed(kv, mine)
-        });
+        let gone = follow_key(
+            &self.client,
+            &mine.key,
+            leader.revision.saturating_add(1),
+            |kv| changed(kv, mine),
+        );
         let unavailable = unavailable_for(&self.client, self.unavailable_bound, || None);
         tokio::select! {
             r = gone => r,

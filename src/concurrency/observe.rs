@@ -99,7 +99,7 @@ impl Observer {
                 }
                 last = Some(leader.clone());
             }
-            let mut from = revision + 1;
+            let mut from = revision.saturating_add(1);
             loop {
                 let created = leader.create_revision;
                 let current = leader.value.clone();
@@ -112,7 +112,7 @@ impl Observer {
                 .await?;
                 match step {
                     Step::Proclaimed(kv) => {
-                        from = kv.mod_revision + 1;
+                        from = kv.mod_revision.saturating_add(1);
                         leader = kv;
                         if self.tx.send(Ok(leader.clone())).await.is_err() {
                             return Ok(());
@@ -146,7 +146,7 @@ impl Observer {
             if let Some(kv) = resp.kvs.into_iter().next() {
                 return Ok((kv, revision));
             }
-            self.wait_for_put(revision + 1).await?;
+            self.wait_for_put(revision.saturating_add(1)).await?;
         }
     }
 

@@ -111,7 +111,7 @@ pub(crate) async fn follow_key<R>(
                 if let Some(r) = decide(resp.kvs.first()) {
                     return Ok(r);
                 }
-                from = resp.header.map_or(from, |h| h.revision + 1);
+                from = resp.header.map_or(from, |h| h.revision.saturating_add(1));
             }
             Err(e) if !recoverable(&e) => return Err(e),
             Err(_) => {}
@@ -139,7 +139,7 @@ pub(crate) async fn wait_turn(
                 GetOptions::new()
                     .with_prefix()
                     .with_sort(SortTarget::Create, SortOrder::Descend)
-                    .with_max_create_revision(my_rev - 1)
+                    .with_max_create_revision(my_rev.saturating_sub(1))
                     .with_limit(1),
             ),
         ]);

@@ -23,7 +23,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc::error::TrySendError;
@@ -95,10 +95,35 @@ struct NewWatch {
     ready: oneshot::Sender<Result<i64>>,
 }
 
+/// Where a client keeps its hub: started on first use, and started again if its task ended
+/// (it panicked on something unforeseen), so that one failure does not leave every later
+/// managed watch, election and lock of the client failing with `Shutdown`.
+#[derive(Debug, Default)]
+pub(crate) struct HubCell(Mutex<Option<Hub>>);
+
+impl HubCell {
+    /// The hub now, if one was started (it may have ended).
+    pub(crate) fn get(&self) -> Option<Hub> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 impl Hub {
-    /// The hub of `transport`, started on first use.
-    pub(crate) fn of(cell: &OnceLock<Hub>, transport: &Arc<Transport>) -> Hub {
-        cell.get_or_init(|| Hub::start(transport)).clone()
+    /// The hub of `transport`: the running one, or a new one on first use or after the last
+    /// one's task ended (its command channel is closed then).
+    pub(crate) fn of(cell: &HubCell, transport: &Arc<Transport>) -> Hub {
+        let mut hub = cell.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &*hub {
+            Some(running) if !running.inner.commands.is_closed() => running.clone(),
+            ended => {
+                if ended.is_some() {
+                    tracing::warn!("the watch hub's task ended; starting a new one");
+                }
+                let started = Hub::start(transport);
+                *hub = Some(started.clone());
+                started
+            }
+        }
     }
 
     fn start(transport: &Arc<Transport>) -> Hub {
@@ -549,5 +574,35 @@ impl HubTask {
             .endpoint
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::Options;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hub_whose_task_ended_is_started_again() {
+        let urls = vec!["http://127.0.0.1:1".to_string()];
+        let transport = Transport::unprobed(&urls, Options::default());
+        let cell = HubCell::default();
+        let first = Hub::of(&cell, &transport);
+        assert!(Arc::ptr_eq(&first.inner, &Hub::of(&cell, &transport).inner));
+        // A hub whose task is gone (it panicked): its command channel is closed.
+        let (commands, rx) = mpsc::unbounded_channel();
+        drop(rx);
+        let dead = Hub {
+            inner: Arc::new(Inner {
+                commands,
+                next_key: AtomicU64::new(1),
+                streams_opened: AtomicU64::new(0),
+                endpoint: Mutex::new(None),
+            }),
+        };
+        *cell.0.lock().unwrap() = Some(dead.clone());
+        let again = Hub::of(&cell, &transport);
+        assert!(!Arc::ptr_eq(&again.inner, &dead.inner), "a new hub");
+        assert!(!again.inner.commands.is_closed(), "and it runs");
     }
 }

@@ -20,11 +20,11 @@ mod progress;
 mod relogin;
 mod resume;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-pub(crate) use hub::Hub;
+pub(crate) use hub::{Hub, HubCell};
 pub use managed::{WatchBatch, WatchStream};
 
 use crate::call::{Call, Transport};
@@ -61,7 +61,7 @@ use crate::stream::ResponseStream;
 pub struct Watch {
     transport: Arc<Transport>,
     /// The client's hub, started by the first managed watch.
-    hub: Arc<OnceLock<Hub>>,
+    hub: Arc<HubCell>,
     /// The client's namespace: watched keys are prefixed, events' keys stripped.
     namespace: Option<Namespace>,
 }
@@ -69,7 +69,7 @@ pub struct Watch {
 impl Watch {
     pub(crate) fn new(
         transport: Arc<Transport>,
-        hub: Arc<OnceLock<Hub>>,
+        hub: Arc<HubCell>,
         namespace: Option<Namespace>,
     ) -> Self {
         Watch {
@@ -197,7 +197,7 @@ impl Watch {
     /// # }
     /// ```
     pub fn stream_endpoint(&self) -> Option<String> {
-        self.hub.get().and_then(Hub::endpoint)
+        self.hub.get().and_then(|hub| hub.endpoint())
     }
 
     /// Open a raw watch stream with a first watch on `key`. More watches can share the stream

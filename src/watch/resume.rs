@@ -85,7 +85,8 @@ impl Cursor {
     /// The start revision of the next create request: right after what was handed over, or 0
     /// ("from now") while the watch is not pinned yet.
     pub(crate) fn resume_from(&self) -> i64 {
-        self.revision.map_or(0, |r| r + 1)
+        // Saturating: a revision is a server's value, and i64::MAX must not panic.
+        self.revision.map_or(0, |r| r.saturating_add(1))
     }
 
     /// The server confirmed a create at `header_revision`. A watch from "now" is pinned to it:
@@ -201,6 +202,14 @@ mod tests {
 
     fn revs(events: &[Event]) -> Vec<i64> {
         events.iter().map(mod_revision).collect()
+    }
+
+    #[test]
+    fn a_revision_at_the_end_of_the_range_does_not_panic() {
+        // A server (or a proxy) may send any value: i64::MAX must not overflow.
+        let mut c = Cursor::from_now(0, NO_CAP);
+        c.created(i64::MAX);
+        assert_eq!(c.resume_from(), i64::MAX);
     }
 
     #[test]

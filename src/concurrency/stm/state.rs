@@ -147,11 +147,9 @@ impl State {
             }));
         }
         if let (Isolation::SerializableSnapshot, Some(snapshot)) = (self.isolation, self.snapshot) {
-            compares.extend(
-                self.writes
-                    .keys()
-                    .map(|key| Compare::mod_revision(key.clone(), CompareOp::Less, snapshot + 1)),
-            );
+            compares.extend(self.writes.keys().map(|key| {
+                Compare::mod_revision(key.clone(), CompareOp::Less, snapshot.saturating_add(1))
+            }));
         }
         let writes = self.writes.iter().map(|(key, write)| match write {
             Some(value) => TxnOp::put(key.clone(), value.clone(), PutOptions::new()),
