@@ -11,8 +11,8 @@ use crate::channel::BalancedChannel;
 use crate::cluster::Cluster;
 use crate::election::ElectionService;
 use crate::endpoint;
-use crate::endpoint::EndpointInfo;
 use crate::endpoint::RaftView;
+use crate::endpoint::{Endpoint, EndpointInfo};
 use crate::error::{Error, Result};
 use crate::events::EndpointEvents;
 use crate::keeper::Keeper;
@@ -22,8 +22,8 @@ use crate::lock::Lock;
 use crate::maintenance::Maintenance;
 use crate::namespace::Namespace;
 use crate::options::Options;
-use crate::proto::etcdserverpb::StatusRequest;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use crate::proto::etcdserverpb::{StatusRequest, StatusResponse};
 use crate::watch::Watch;
 
 /// A handle to an etcd cluster. Clone it freely: clones share the connections.
@@ -441,6 +441,12 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
                 match transport.balancer.record_status(ep, view) {
                     Ok(()) => {
                         ep.on_probe_ok(view.leader_id != 0, latency);
+                        // The others get a moment to answer too: a list that names members
+                        // of two clusters (a typo, a copied config) is refused here, instead
+                        // of whichever cluster answered first winning.
+                        let settle =
+                            (tokio::time::Instant::now() + latency * 2 + SETTLE).min(deadline);
+                        one_cluster(transport, &mut attempts, settle).await?;
                         return Ok(ep.url.clone());
                     }
                     // A member of another cluster than the one reached first: refused.
@@ -457,6 +463,34 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
             }
         }
     }
+}
+
+/// A Status call's outcome.
+type StatusResult = std::result::Result<tonic::Response<StatusResponse>, tonic::Status>;
+
+/// How long, past twice the first answer's latency, the other members' first answers are
+/// awaited at connect: members of one cluster on one network answer within it.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The Status answers that come until `settle`: one from another cluster than the first fails
+/// the connect (the endpoint list mixes clusters); the others are recorded like probes.
+async fn one_cluster<'a, F>(
+    transport: &Transport,
+    attempts: &mut FuturesUnordered<F>,
+    settle: tokio::time::Instant,
+) -> Result<()>
+where
+    F: std::future::Future<Output = (&'a Arc<Endpoint>, std::time::Duration, StatusResult)>,
+{
+    while let Ok(Some((ep, latency, result))) =
+        tokio::time::timeout_at(settle, attempts.next()).await
+    {
+        let Ok(status) = result else { continue };
+        let view = RaftView::from_status(&status.into_inner());
+        transport.balancer.record_status(ep, view)?;
+        ep.on_probe_ok(view.leader_id != 0, latency);
+    }
+    Ok(())
 }
 
 /// A list that mixes `https://` and `http://` members is refused (a typo or a copied config:

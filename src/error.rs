@@ -63,6 +63,16 @@ pub enum Error {
         endpoint: String,
     },
 
+    /// A member list names more members than a client follows (see member sync): kept out,
+    /// the endpoint set stays as it was.
+    #[error("a member list of {count} members, more than the {limit} a client follows")]
+    TooManyMembers {
+        /// Members the list named.
+        count: usize,
+        /// The most a client takes.
+        limit: usize,
+    },
+
     /// An option is out of its valid range or contradicts another option.
     #[error("invalid option {option}: {reason}")]
     InvalidOptions {

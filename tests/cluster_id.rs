@@ -83,3 +83,26 @@ async fn endpoints_of_two_clusters_never_both_take_calls() {
     let urls: Vec<String> = client.endpoints().into_iter().map(|e| e.url).collect();
     assert_eq!(urls, [kept], "endpoints left in use");
 }
+
+/// Issue 18: a list naming members of two clusters (a typo, a copied config) is refused at
+/// connect, whichever answers first; before, the first to answer won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_of_two_clusters_is_refused_at_connect() {
+    support::init_tracing();
+    let a = Cluster::start(3).await.expect("start cluster A");
+    let b = Cluster::start(1).await.expect("start cluster B");
+    a.leader(support::READY).await.expect("A has a leader");
+    b.leader(support::READY).await.expect("B has a leader");
+    for list in [
+        vec![a.endpoint(0), a.endpoint(1), b.endpoint(0)],
+        vec![b.endpoint(0), a.endpoint(0), a.endpoint(1), a.endpoint(2)],
+    ] {
+        let connected = Client::connect(&list, Options::new()).await;
+        assert!(
+            matches!(connected, Err(Error::ClusterIdMismatch { .. })),
+            "{list:?}: {connected:?}"
+        );
+    }
+    // One cluster's members alone connect.
+    Client::connect(a.endpoints(), Options::new()).await.unwrap();
+}

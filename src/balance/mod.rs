@@ -165,15 +165,7 @@ impl Balancer {
     /// here. An answer from another cluster than the client's records nothing: the endpoint is
     /// refused (see [`Balancer::refuse`]) and the typed error returned.
     pub(crate) fn record_status(&self, ep: &Endpoint, view: RaftView) -> Result<()> {
-        if let Err(expected) = self.cluster_id.check(view.cluster_id) {
-            let err = Error::ClusterIdMismatch {
-                endpoint: ep.url.to_string(),
-                expected,
-                found: view.cluster_id,
-            };
-            self.refuse(ep, &err);
-            return Err(err);
-        }
+        self.check_cluster(ep, view.cluster_id)?;
         ep.set_raft(view);
         if let Some(previous) = self.leader.observe(view.leader_id, view.raft_term) {
             let (from, to) = (previous, view.leader_id);
@@ -182,6 +174,22 @@ impl Balancer {
             if from != 0 && to != 0 {
                 crate::metrics::failover();
             }
+        }
+        Ok(())
+    }
+
+    /// An answer from `ep` says it belongs to cluster `cluster_id` (0: the answer had no
+    /// header): an endpoint of another cluster than the client's is refused (see
+    /// [`Balancer::refuse`]) and the typed error returned, so that nothing it said is used.
+    pub(crate) fn check_cluster(&self, ep: &Endpoint, cluster_id: u64) -> Result<()> {
+        if let Err(expected) = self.cluster_id.check(cluster_id) {
+            let err = Error::ClusterIdMismatch {
+                endpoint: ep.url.to_string(),
+                expected,
+                found: cluster_id,
+            };
+            self.refuse(ep, &err);
+            return Err(err);
         }
         Ok(())
     }

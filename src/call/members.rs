@@ -47,19 +47,35 @@ async fn run(transport: Weak<Transport>, interval: Duration) {
     }
 }
 
-/// One sync: list members (serializable: it must work without a leader) and apply the result.
+/// The most members a list may name: etcd clusters have a handful (etcd advises at most 7
+/// voting members); a list of thousands, from a broken or hostile server, would make as many
+/// connections and probers.
+pub(crate) const MAX_MEMBERS: usize = 64;
+
+/// One sync: list members (serializable: it must work without a leader) and apply the result,
+/// only when it comes from the client's own cluster and names at most [`MAX_MEMBERS`].
 pub(crate) async fn sync_once(transport: &Arc<Transport>) -> Result<(), Error> {
-    let list = transport
-        .unary(
+    let request = MemberListRequest {
+        linearizable: false,
+    };
+    let (from, list) = transport
+        .drive(
             Rpc::MemberList,
             Call::default(),
-            MemberListRequest {
-                linearizable: false,
-            },
+            false,
+            || request.clone(),
             |c, r| async move { c.cluster().member_list(r).await },
         )
         .await?;
     let balancer = &transport.balancer;
+    // A foreign member's list could replace every endpoint with its own cluster's.
+    balancer.check_cluster(&from, list.header.as_ref().map_or(0, |h| h.cluster_id))?;
+    if list.members.len() > MAX_MEMBERS {
+        return Err(Error::TooManyMembers {
+            count: list.members.len(),
+            limit: MAX_MEMBERS,
+        });
+    }
     let urls = member_urls(
         list.members,
         &balancer.endpoints(),
