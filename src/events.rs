@@ -67,6 +67,15 @@ pub enum EndpointEvent {
         /// The removed endpoint's URL.
         url: String,
     },
+    /// A write or linearizable read answered at a revision below one the client had seen:
+    /// the cluster's history went back (a restore from a backup). The client's monotonic floor
+    /// came down to `to`; what it saw between `to` and `from` is gone from the cluster.
+    HistoryRewound {
+        /// The newest revision the client had seen.
+        from: i64,
+        /// The cluster's revision now.
+        to: i64,
+    },
 }
 
 /// The stream of [`EndpointEvent`]s of one client; get it with
@@ -87,6 +96,8 @@ pub struct EndpointEvents {
     health: watch::Receiver<()>,
     leader: watch::Receiver<LeaderView>,
     endpoints: watch::Receiver<Arc<Vec<Arc<Endpoint>>>>,
+    rewinds: watch::Receiver<Option<(i64, i64)>>,
+    last_rewind: Option<(i64, i64)>,
     last_infos: Vec<EndpointInfo>,
     last_leader: LeaderView,
     pending: VecDeque<EndpointEvent>,
@@ -100,11 +111,15 @@ impl EndpointEvents {
         let last_leader = *leader.borrow_and_update();
         let mut endpoints = balancer.endpoint_changes();
         endpoints.borrow_and_update();
+        let mut rewinds = balancer.rewinds();
+        let last_rewind = *rewinds.borrow_and_update();
         EndpointEvents {
             balancer: Arc::downgrade(balancer),
             health,
             leader,
             endpoints,
+            rewinds,
+            last_rewind,
             last_infos: balancer.infos(),
             last_leader,
             pending: VecDeque::new(),
@@ -122,8 +137,17 @@ impl EndpointEvents {
                 changed = self.health.changed() => changed,
                 changed = self.leader.changed() => changed,
                 changed = self.endpoints.changed() => changed,
+                changed = self.rewinds.changed() => changed,
             };
             woke.ok()?;
+            let rewind = *self.rewinds.borrow_and_update();
+            if rewind != self.last_rewind {
+                self.last_rewind = rewind;
+                if let Some((from, to)) = rewind {
+                    self.pending
+                        .push_back(EndpointEvent::HistoryRewound { from, to });
+                }
+            }
             let balancer = self.balancer.upgrade()?;
             self.health.borrow_and_update();
             self.endpoints.borrow_and_update();
@@ -181,6 +205,40 @@ mod tests {
     use crate::call::Transport;
     use crate::endpoint::{Failure, RaftView};
     use crate::options::Options;
+
+    fn header(revision: i64) -> crate::proto::etcdserverpb::ResponseHeader {
+        crate::proto::etcdserverpb::ResponseHeader {
+            revision,
+            ..Default::default()
+        }
+    }
+
+    /// Issue 18: after a restore to an older revision, the first consensus answer below the
+    /// floor brings the floor down (serializable reads and "from now" watches work again) and
+    /// says so, once; a concurrent write's newer revision, or a serializable answer, does not.
+    #[tokio::test(start_paused = true)]
+    async fn a_consensus_answer_below_the_floor_rewinds_it_once_and_says_so() {
+        let urls = vec!["http://127.0.0.1:1".to_string()];
+        let transport = Transport::unprobed(&urls, Options::default());
+        let mut events = EndpointEvents::new(&transport.balancer);
+        transport.observe_header(Some(&header(1000)));
+        // A serializable answer from a lagging member says nothing of the cluster.
+        transport.observe_header(Some(&header(40)));
+        assert_eq!(transport.seen_revision(), 1000);
+        // A linearizable read sent at floor 1000 answered at 50: the history went back.
+        transport.observe_committed(Some(&header(50)), 1000);
+        assert_eq!(transport.seen_revision(), 50);
+        assert_eq!(
+            events.next().await.unwrap(),
+            EndpointEvent::HistoryRewound { from: 1000, to: 50 }
+        );
+        // A second stale answer sent at the same old floor changes nothing more.
+        transport.observe_committed(Some(&header(45)), 1000);
+        assert_eq!(transport.seen_revision(), 50);
+        // An answer at or above its own floor is ordinary.
+        transport.observe_committed(Some(&header(60)), 50);
+        assert_eq!(transport.seen_revision(), 60);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn health_and_leader_transitions_arrive_in_order() {

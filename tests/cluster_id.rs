@@ -104,5 +104,7 @@ async fn a_list_of_two_clusters_is_refused_at_connect() {
         );
     }
     // One cluster's members alone connect.
-    Client::connect(a.endpoints(), Options::new()).await.unwrap();
+    Client::connect(a.endpoints(), Options::new())
+        .await
+        .unwrap();
 }

@@ -57,6 +57,8 @@ pub(crate) struct Balancer {
     /// The newest store revision a probe's Status answer carried (committed, since a member
     /// applied it): the watch hub's view of the cluster when the client itself writes nothing.
     probed_revision: watch::Sender<i64>,
+    /// The last time the cluster's revision went back (from, to), for the endpoint events.
+    rewound: watch::Sender<Option<(i64, i64)>>,
     /// Cancelled when the client goes: stops every prober.
     cancel: CancellationToken,
     /// The cluster this client reached first; endpoints of another cluster are refused.
@@ -113,6 +115,7 @@ impl Balancer {
             sync_now: Arc::new(Notify::new()),
             health_changes,
             probed_revision: watch::Sender::new(0),
+            rewound: watch::Sender::new(None),
             cancel,
             cluster_id: ClusterId::default(),
         }))
@@ -144,6 +147,17 @@ impl Balancer {
     /// The endpoint set; member sync's changes wake the receiver.
     pub(crate) fn endpoint_changes(&self) -> watch::Receiver<Arc<Vec<Arc<Endpoint>>>> {
         self.endpoints.subscribe()
+    }
+
+    /// The cluster's revision went back from `from` to `to` (see
+    /// `Transport::observe_committed`).
+    pub(crate) fn history_rewound(&self, from: i64, to: i64) {
+        self.rewound.send_replace(Some((from, to)));
+    }
+
+    /// The last rewind of the cluster's history; changes wake the receiver.
+    pub(crate) fn rewinds(&self) -> watch::Receiver<Option<(i64, i64)>> {
+        self.rewound.subscribe()
     }
 
     /// The leader view; changes wake the receiver.

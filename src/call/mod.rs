@@ -237,6 +237,45 @@ impl Transport {
         }
     }
 
+    /// An answer that went through consensus (a write, a linearizable read), sent when the
+    /// client had seen revisions up to `floor`: it carries the cluster's revision at that time
+    /// or later, so one below `floor` means the cluster's history went back (restored from a
+    /// backup under the same cluster id). The floor comes down to it, once, and the balancer
+    /// tells the endpoint events; without this every serializable read timed out against a
+    /// floor no member would reach again, and "from now" watches started in the future, until
+    /// the client was restarted. Otherwise the same as [`observe_header`](Self::observe_header).
+    pub(crate) fn observe_committed(&self, header: Option<&ResponseHeader>, floor: i64) {
+        let Some(h) = header else {
+            return;
+        };
+        if h.revision >= floor || h.revision <= 0 {
+            return self.observe_header(header);
+        }
+        let mut seen = self.seen_revision.load(Ordering::Relaxed);
+        // Only what is still at or above the old floor is the old history's.
+        while seen >= floor {
+            match self.seen_revision.compare_exchange(
+                seen,
+                h.revision,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    tracing::warn!(
+                        from = seen,
+                        to = h.revision,
+                        "the cluster's revision went back (a restore?); the monotonic floor follows"
+                    );
+                    self.balancer.history_rewound(seen, h.revision);
+                    self.revision_news.send_replace(());
+                    break;
+                }
+                Err(now) => seen = now,
+            }
+        }
+        self.balancer.observe_term(h.raft_term);
+    }
+
     /// A call started: the hedge budget grows.
     pub(crate) fn budget_call(&self) {
         let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());

@@ -126,16 +126,18 @@ impl Kv {
         Req: Clone,
         Fut: Future<Output = Result<Resp>>,
     {
-        let floor = monotonic::floor(
-            self.transport.options.monotonic_reads,
-            serializable,
-            self.transport.seen_revision(),
-        );
+        let seen = self.transport.seen_revision();
+        let floor = monotonic::floor(self.transport.options.monotonic_reads, serializable, seen);
         let call = self.call.call(Deadline::Default);
         let at = self.transport.deadline_at(call.deadline);
         let again = floor.map(|_| request.clone());
         let resp = send(request, call.clone()).await?;
-        self.transport.observe_header(header(&resp));
+        if serializable {
+            self.transport.observe_header(header(&resp));
+        } else {
+            // Through consensus: it may show that the cluster's history went back.
+            self.transport.observe_committed(header(&resp), seen);
+        }
         if let Some(request) = again.filter(|_| monotonic::is_stale(floor, header(&resp))) {
             tracing::debug!(
                 floor,
@@ -144,6 +146,8 @@ impl Kv {
             );
             let deadline = monotonic::remaining(at, tokio::time::Instant::now())?;
             let answered = header(&resp).map(|h| h.member_id);
+            // Each answer says whether it went through consensus (the linearizable read).
+            let tagged = |consensus: bool, fut: Fut| async move { (consensus, fut.await) };
             let mut tries = futures_util::stream::FuturesUnordered::new();
             if !matches!(call.target, Target::Member(_)) {
                 for ep in self.transport.balancer.endpoints().iter() {
@@ -153,14 +157,23 @@ impl Kv {
                             deadline,
                             ..call.clone()
                         };
-                        tries.push(send(request.clone(), pinned));
+                        tries.push(tagged(false, send(request.clone(), pinned)));
                     }
                 }
             }
-            tries.push(send(linearizable(request), Call { deadline, ..call }));
+            tries.push(tagged(
+                true,
+                send(linearizable(request), Call { deadline, ..call }),
+            ));
             let mut failure = None;
-            while let Some(result) = futures_util::StreamExt::next(&mut tries).await {
+            while let Some((consensus, result)) = futures_util::StreamExt::next(&mut tries).await {
                 match result {
+                    // A linearizable answer is fresh by definition: below the floor, the
+                    // cluster's history went back, and the floor follows it.
+                    Ok(again) if consensus => {
+                        self.transport.observe_committed(header(&again), seen);
+                        return Ok(again);
+                    }
                     Ok(again) => {
                         self.transport.observe_header(header(&again));
                         if !monotonic::is_stale(floor, header(&again)) {
@@ -193,6 +206,7 @@ impl Kv {
     ) -> Result<PutResponse> {
         let request = options.into_request(key.into(), value.into());
         let request = namespace::map(self.namespace.as_ref(), request, Namespace::put_request);
+        let seen = self.transport.seen_revision();
         let mut resp = self
             .transport
             .unary(
@@ -202,7 +216,7 @@ impl Kv {
                 |c, r| async move { c.kv().put(r).await },
             )
             .await?;
-        self.transport.observe_header(resp.header.as_ref());
+        self.transport.observe_committed(resp.header.as_ref(), seen);
         namespace::strip(self.namespace.as_ref(), &mut resp, Namespace::put_response);
         Ok(resp)
     }
@@ -223,6 +237,7 @@ impl Kv {
     ) -> Result<DeleteRangeResponse> {
         let request = options.into_request(key.into());
         let request = namespace::map(self.namespace.as_ref(), request, Namespace::delete_request);
+        let seen = self.transport.seen_revision();
         let mut resp = self
             .transport
             .unary(
@@ -232,7 +247,7 @@ impl Kv {
                 |c, r| async move { c.kv().delete_range(r).await },
             )
             .await?;
-        self.transport.observe_header(resp.header.as_ref());
+        self.transport.observe_committed(resp.header.as_ref(), seen);
         namespace::strip(
             self.namespace.as_ref(),
             &mut resp,
