@@ -29,6 +29,38 @@ const QUIET_CHECK: Duration = Duration::from_millis(5);
 /// cheap for etcd (no disk, no consensus), and this lasts only while leadership moves.
 const TARGET_POLL: Duration = Duration::from_millis(5);
 
+/// Undoes a drain that did not finish (it failed, or its caller dropped it): the member takes
+/// calls again and, if leadership was moving off it, leader-bound calls stop waiting for a new
+/// leader (the probers, woken, say who leads). Without it, the member stayed drained until an
+/// `undrain` nobody knew was owed.
+struct Undo<'a> {
+    ep: Arc<Endpoint>,
+    client: &'a Client,
+    /// The member id whose leadership was moving.
+    moving: Option<u64>,
+    armed: bool,
+}
+
+impl Undo<'_> {
+    /// The drain finished: nothing to undo.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        tracing::info!(endpoint = %self.ep.url, "drain did not finish: undrained");
+        self.ep.set_draining(false);
+        if let Some(member) = self.moving {
+            self.client.transport().balancer.leader_stayed(member);
+        }
+    }
+}
+
 impl Client {
     /// Drain the member behind `endpoint` (one of the client's endpoints, any accepted
     /// spelling) for planned maintenance, and return once it is safe to stop it: leadership
@@ -36,6 +68,9 @@ impl Client {
     /// stream on it. New calls and streams go to other members until [`undrain`](Self::undrain)
     /// (unless no other member can serve). Bounded by the client's request timeout (5 s when it
     /// has none) for the in-flight calls, plus the leader move.
+    ///
+    /// Cancel-safe: if it fails, or the caller drops it before it returns, the member is not
+    /// left drained (it takes calls again, as after [`undrain`](Self::undrain)).
     ///
     /// A zero-error rolling upgrade, one member at a time: `drain`, stop the member (SIGTERM),
     /// upgrade and start it, wait until [`endpoints`](Self::endpoints) shows it healthy again,
@@ -62,6 +97,13 @@ impl Client {
             transport.balancer.leader_moving(member);
         }
         ep.set_draining(true);
+        // Until `drain` returns Ok, a failure or a caller that drops it undoes the drain.
+        let undo = Undo {
+            ep: ep.clone(),
+            client: self,
+            moving: leads.then_some(member),
+            armed: true,
+        };
         if leads {
             self.move_leadership_off(&ep).await?;
         }
@@ -78,6 +120,7 @@ impl Client {
             tokio::time::sleep(QUIET_CHECK).await;
         }
         tracing::info!(endpoint = %ep.url, "drained: safe to stop");
+        undo.disarm();
         Ok(())
     }
 

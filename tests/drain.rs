@@ -129,3 +129,46 @@ async fn rolling_restart_with_drain_reaches_no_caller() {
     }
     report.assert_clean();
 }
+
+/// Issue 18: a drain that does not finish leaves nothing drained. Dropped by its caller
+/// (here at its first wait, while leadership moves off the member) or failed (a lone member
+/// has no one to hand leadership to), the member takes calls again, as after `undrain`, and
+/// writes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_dropped_or_failed_leaves_the_member_undrained() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    support::all_healthy(&client).await;
+    let draining = |client: &Client, url: &str| {
+        client
+            .endpoints()
+            .into_iter()
+            .find(|e| e.url == url)
+            .unwrap()
+            .draining
+    };
+    let leader = cluster.endpoint(cluster.leader(support::READY).await.unwrap());
+    let dropped = tokio::time::timeout(Duration::ZERO, client.drain(&leader)).await;
+    assert!(dropped.is_err(), "dropped before it returned");
+    assert!(!draining(&client, &leader), "undrained when dropped");
+    let put = tokio::time::timeout(
+        Duration::from_secs(3),
+        client
+            .kv()
+            .put("after-drop", "v", etcd_ha::PutOptions::new()),
+    )
+    .await;
+    assert!(matches!(put, Ok(Ok(_))), "writes go on: {put:?}");
+
+    let lone = support::cluster1().await;
+    let alone = support::client(&lone).await;
+    let only = lone.endpoint(0);
+    let failed = alone.drain(&only).await;
+    assert!(failed.is_err(), "nobody to hand leadership to: {failed:?}");
+    assert!(!draining(&alone, &only), "undrained when it failed");
+    alone
+        .kv()
+        .put("after-failure", "v", etcd_ha::PutOptions::new())
+        .await
+        .unwrap();
+}

@@ -27,6 +27,11 @@ pub async fn cluster3() -> Cluster {
     with_leader(Cluster::builder().members(3)).await
 }
 
+/// A 1-member plain-HTTP cluster with a leader.
+pub async fn cluster1() -> Cluster {
+    with_leader(Cluster::builder().members(1)).await
+}
+
 /// Start `builder`'s cluster and wait for its leader.
 async fn with_leader(builder: etcd_ha::testkit::ClusterBuilder) -> Cluster {
     init_tracing();
