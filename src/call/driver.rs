@@ -374,15 +374,20 @@ impl Transport {
     ) -> Result<Resp>
     where
         Req: prost::Message + Clone,
+        Resp: super::Headed,
         F: Fn(Conn, Request<Req>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         if message.encoded_len() > self.options.max_request_bytes {
             return Err(Error::RequestTooLarge);
         }
-        let (_, response) = self
+        let (ep, response) = self
             .drive(rpc, how, false, || message.clone(), call)
             .await?;
+        // An answer from another cluster's member is refused with the member, whatever it says.
+        if let Some(header) = response.header() {
+            self.balancer.check_cluster(&ep, header.cluster_id)?;
+        }
         Ok(response)
     }
 }

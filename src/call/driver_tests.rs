@@ -702,3 +702,47 @@ async fn a_stalled_leader_served_by_its_peers_is_reached_through_a_follower() {
     assert_eq!(Instant::now(), started, "no wait");
     assert!(!Arc::ptr_eq(&to, &lead), "not to the stalled leader");
 }
+
+/// Issue 18: the cluster id is checked on every answer, not only on Status: a member of
+/// another cluster answering a call is refused with its answer (which is not returned, nor its
+/// revision taken as the client's).
+#[tokio::test(start_paused = true)]
+async fn an_answer_from_another_cluster_is_refused_with_its_member() {
+    let transport = transport(Options::default());
+    let foreign = PutResponse {
+        header: Some(crate::proto::etcdserverpb::ResponseHeader {
+            cluster_id: 8,
+            revision: 1_000_000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let result = transport
+        .unary(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            put(),
+            |_c, _r| {
+                let foreign = foreign.clone();
+                async move { Ok(Response::new(foreign)) }
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(Error::ClusterIdMismatch {
+                expected: 7,
+                found: 8,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(
+        transport.balancer.endpoints().len(),
+        2,
+        "the member that answered is dropped"
+    );
+    assert_eq!(transport.seen_revision(), 0);
+}

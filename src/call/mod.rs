@@ -8,6 +8,7 @@
 
 mod budget;
 mod driver;
+mod headed;
 mod members;
 mod options;
 pub(crate) mod plan;
@@ -50,6 +51,7 @@ const HAS_LEADER_KEY: &str = "hasleader";
 /// one read in flight.
 const LEADER_NUDGE: Duration = Duration::from_millis(20);
 
+pub(crate) use headed::Headed;
 pub(crate) use options::{CallOptions, call_option_methods};
 
 /// Where a call goes.

@@ -24,6 +24,11 @@ impl ClusterId {
         if found == 0 {
             return Ok(());
         }
+        // Checked on every answer: a load first, so that calls do not contend on a CAS.
+        let first = self.first.load(Ordering::Acquire);
+        if first == found {
+            return Ok(());
+        }
         match self
             .first
             .compare_exchange(0, found, Ordering::AcqRel, Ordering::Acquire)
