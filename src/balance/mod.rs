@@ -328,11 +328,11 @@ impl Balancer {
             .iter()
             .filter_map(|e| e.stalled_since().map(|since| (e, since)))
             .find(|(e, _)| e.raft().member_id == leader)?;
-        let served_elsewhere = endpoints.iter().any(|e| {
-            !Arc::ptr_eq(e, ep)
-                && e.linearizable_ok().is_some_and(|t| t > since)
-                && e.state() == HealthState::Healthy
-        });
+        // Whatever that member's own health: its read proves the leader alive (a loaded box
+        // can leave a follower on probation; waiting on would hold the calls to their end).
+        let served_elsewhere = endpoints
+            .iter()
+            .any(|e| !Arc::ptr_eq(e, ep) && e.linearizable_ok().is_some_and(|t| t > since));
         Some((ep.clone(), since, served_elsewhere))
     }
 

@@ -63,7 +63,7 @@ pub(crate) async fn sync_once(transport: &Arc<Transport>) -> Result<(), Error> {
             Rpc::MemberList,
             Call::default(),
             false,
-            || request.clone(),
+            || request,
             |c, r| async move { c.cluster().member_list(r).await },
         )
         .await?;
