@@ -55,7 +55,7 @@ pub struct Args {
 
     /// Fault window, from the fault to the end of the loops ("7s"); faults that are undone
     /// are held for all of it but the last 3 s, which show the recovery. The default keeps
-    /// the default run (9 scenarios x 3 trials) near 5 minutes. The graceful rolling restarts
+    /// the default run (10 scenarios x 3 trials) near 6 minutes. The graceful rolling restarts
     /// (rolling-sigterm, rolling-drain) take at least 20 s, which their script needs.
     #[arg(long, default_value = "7s", value_parser = parse_duration)]
     pub window: Duration,

@@ -96,7 +96,7 @@ impl Scenario {
     ];
 
     /// The scenarios of a run that names none: the unplanned faults and the single MoveLeader,
-    /// about 5 minutes on 2 cores at 3 trials. The other planned ones (`--all`, or by name)
+    /// about 6 minutes on 2 cores at 3 trials. The other planned ones (`--all`, or by name)
     /// take longer per trial (a rolling restart needs a 20 s window).
     pub const DEFAULT: [Scenario; 10] = [
         Scenario::LeaderKill,

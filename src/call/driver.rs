@@ -384,9 +384,11 @@ impl Transport {
         let (ep, response) = self
             .drive(rpc, how, false, || message.clone(), call)
             .await?;
-        // An answer from another cluster's member is refused with the member, whatever it says.
+        // An answer from another cluster's member is refused with the member, whatever it says;
+        // any other answer's revision is one the client has seen (the monotonic floor).
         if let Some(header) = response.header() {
             self.balancer.check_cluster(&ep, header.cluster_id)?;
+            self.observe_header(Some(header));
         }
         Ok(response)
     }

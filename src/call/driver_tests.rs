@@ -746,3 +746,34 @@ async fn an_answer_from_another_cluster_is_refused_with_its_member() {
     );
     assert_eq!(transport.seen_revision(), 0);
 }
+
+/// Issue 18: every unary answer's revision is one the client has seen (the monotonic floor),
+/// not only KV answers: a lease grant's, say; and a watch's delivered revision too.
+#[tokio::test(start_paused = true)]
+async fn every_answers_revision_and_every_delivered_one_raise_the_floor() {
+    use crate::proto::etcdserverpb::{LeaseGrantRequest, LeaseGrantResponse, ResponseHeader};
+    let transport = transport(Options::default());
+    let granted = transport
+        .unary(
+            Rpc::LeaseGrant,
+            Call::new(Target::Any, Deadline::Default),
+            LeaseGrantRequest::default(),
+            |_c, _r| async {
+                Ok(Response::new(LeaseGrantResponse {
+                    header: Some(ResponseHeader {
+                        cluster_id: 7,
+                        revision: 42,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }))
+            },
+        )
+        .await;
+    assert!(granted.is_ok(), "{granted:?}");
+    assert_eq!(transport.seen_revision(), 42);
+    transport.observe_delivered(50);
+    assert_eq!(transport.seen_revision(), 50);
+    transport.observe_delivered(45);
+    assert_eq!(transport.seen_revision(), 50, "never lower");
+}

@@ -228,8 +228,10 @@ impl Transport {
         Self::over(balancer, options)
     }
 
-    /// A KV answer carried this header: remember its revision if it is the newest seen, and
-    /// refresh the leader view at once if it comes from a newer raft term.
+    /// An answer carried this header (every unary answer does, through
+    /// [`unary`](Self::unary): KV, lease, election, lock, cluster and maintenance answers
+    /// alike): remember its revision if it is the newest seen, and refresh the leader view at
+    /// once if it comes from a newer raft term.
     pub(crate) fn observe_header(&self, header: Option<&ResponseHeader>) {
         if let Some(h) = header {
             if self.seen_revision.fetch_max(h.revision, Ordering::Relaxed) < h.revision {
@@ -276,6 +278,13 @@ impl Transport {
             }
         }
         self.balancer.observe_term(h.raft_term);
+    }
+
+    /// The watch hub delivered events (or a sound progress) up to `revision`: a revision the
+    /// cluster committed and the client has seen, so the monotonic floor takes it. The hub is
+    /// not woken for it (it delivered it).
+    pub(crate) fn observe_delivered(&self, revision: i64) {
+        self.seen_revision.fetch_max(revision, Ordering::Relaxed);
     }
 
     /// A call started: the hedge budget grows.

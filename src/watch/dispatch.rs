@@ -213,7 +213,13 @@ impl HubTask {
             return;
         };
         match entry.tx.try_send(Ok(batch)) {
-            Ok(()) => entry.cursor.advance(revision),
+            Ok(()) => {
+                entry.cursor.advance(revision);
+                // The client has seen this revision now: reads do not go back before it.
+                if let Some(transport) = self.transport.upgrade() {
+                    transport.observe_delivered(revision);
+                }
+            }
             Err(TrySendError::Closed(_)) => {
                 // The consumer is gone; its Remove is on the way.
                 if let State::Active { watch_id, .. } = entry.state {
