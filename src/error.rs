@@ -55,9 +55,7 @@ pub enum Error {
     /// Credentials were given with an `http://` endpoint: the password and the token would go
     /// there in plain text. Use `https://` endpoints, or opt in with
     /// [`Options::with_plaintext_credentials`](crate::Options::with_plaintext_credentials).
-    #[error(
-        "credentials refused over plain text to {endpoint}: use https:// endpoints, or opt in with Options::with_plaintext_credentials"
-    )]
+    #[error("credentials refused in plain text to {endpoint} (use https://, or allow it)")]
     PlaintextCredentials {
         /// The first `http://` endpoint.
         endpoint: String,

@@ -353,15 +353,7 @@ async fn blackholed_link_to_the_leader() {
     let cluster = support::cluster3().await;
     let leader = cluster.leader(support::READY).await.unwrap();
     let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
-    let endpoints: Vec<String> = (0..3)
-        .map(|i| {
-            if i == leader {
-                proxy.url("http")
-            } else {
-                cluster.endpoint(i)
-            }
-        })
-        .collect();
+    let endpoints: Vec<String> = support::through_proxy(&cluster, leader, &proxy);
     // Member sync would swap the proxy for the leader's advertised URL: keep the list as given.
     let client = Client::connect(&endpoints, options().without_member_sync())
         .await

@@ -40,15 +40,7 @@ async fn a_slow_grant_is_not_hedged_and_leaves_no_orphan_lease() {
     let cluster = support::cluster3().await;
     let leader = cluster.leader(support::READY).await.unwrap();
     let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
-    let endpoints: Vec<String> = (0..3)
-        .map(|i| {
-            if i == leader {
-                proxy.url("http")
-            } else {
-                cluster.endpoint(i)
-            }
-        })
-        .collect();
+    let endpoints: Vec<String> = support::through_proxy(&cluster, leader, &proxy);
     // Member sync would swap the proxy for the leader's advertised URL: keep the list as given.
     let options = Options::new()
         .without_member_sync()

@@ -373,15 +373,7 @@ async fn proxied() -> (Cluster, FaultProxy, Vec<String>) {
         .expect("start a 3-member cluster in network namespaces");
     let leader = cluster.leader(support::READY).await.unwrap();
     let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
-    let endpoints = (0..3)
-        .map(|i| {
-            if i == leader {
-                proxy.url("http")
-            } else {
-                cluster.endpoint(i)
-            }
-        })
-        .collect();
+    let endpoints = support::through_proxy(&cluster, leader, &proxy);
     (cluster, proxy, endpoints)
 }
 
@@ -467,15 +459,7 @@ async fn a_caller_that_drops_its_calls_on_a_slow_leader_does_not_eject_it() {
     let cluster = support::cluster3_in_memory().await;
     let leader = cluster.leader(support::READY).await.unwrap();
     let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
-    let endpoints: Vec<String> = (0..3)
-        .map(|i| {
-            if i == leader {
-                proxy.url("http")
-            } else {
-                cluster.endpoint(i)
-            }
-        })
-        .collect();
+    let endpoints: Vec<String> = support::through_proxy(&cluster, leader, &proxy);
     let client = Client::connect(&endpoints, Options::new().without_member_sync())
         .await
         .unwrap();

@@ -607,26 +607,9 @@ async fn after_a_dropped_call_on_a_stalled_leader_the_next_waits_for_the_next_le
             Instant::now()
         })
     };
-    let sent = Script::default();
-    let (to, _) = transport
-        .drive(
-            Rpc::Put,
-            Call::new(Target::Any, Deadline::Default),
-            false,
-            put,
-            |_c, _r| {
-                sent.launch();
-                async { Ok(Response::new(PutResponse::default())) }
-            },
-        )
-        .await
-        .unwrap();
+    let (to, sent) = put_answered(&transport).await;
     let elected = elected.await.unwrap();
-    assert_eq!(
-        sent.times(),
-        vec![elected],
-        "sent once the next leader was known"
-    );
+    assert_eq!(sent, vec![elected], "sent once the next leader was known");
     assert!(Arc::ptr_eq(&to, &next), "to the next leader, not {to:?}");
     assert_eq!(
         leader(&transport).state(),
@@ -652,22 +635,9 @@ async fn a_call_waiting_on_a_stalled_leader_goes_to_it_when_it_serves_again() {
             Instant::now()
         })
     };
-    let sent = Script::default();
-    let (to, _) = transport
-        .drive(
-            Rpc::Put,
-            Call::new(Target::Any, Deadline::Default),
-            false,
-            put,
-            |_c, _r| {
-                sent.launch();
-                async { Ok(Response::new(PutResponse::default())) }
-            },
-        )
-        .await
-        .unwrap();
+    let (to, sent) = put_answered(&transport).await;
     let answered = answered.await.unwrap();
-    let at = sent.times()[0];
+    let at = sent[0];
     assert!(
         at >= answered && at - answered <= super::super::LEADER_NUDGE,
         "sent {:?} after the leader served",
@@ -689,17 +659,8 @@ async fn a_stalled_leader_served_by_its_peers_is_reached_through_a_follower() {
     follower.set_linearizable_ok(Instant::now());
     assert!(transport.balancer.leader_unready().is_none());
     let started = Instant::now();
-    let (to, _) = transport
-        .drive(
-            Rpc::Put,
-            Call::new(Target::Any, Deadline::Default),
-            false,
-            put,
-            |_c, _r| async { Ok(Response::new(PutResponse::default())) },
-        )
-        .await
-        .unwrap();
-    assert_eq!(Instant::now(), started, "no wait");
+    let (to, sent) = put_answered(&transport).await;
+    assert_eq!(sent, vec![started], "no wait");
     assert!(!Arc::ptr_eq(&to, &lead), "not to the stalled leader");
 }
 
@@ -776,4 +737,24 @@ async fn every_answers_revision_and_every_delivered_one_raise_the_floor() {
     assert_eq!(transport.seen_revision(), 50);
     transport.observe_delivered(45);
     assert_eq!(transport.seen_revision(), 50, "never lower");
+}
+
+/// A put through `transport` whose attempts are answered at once: the member it went to, and
+/// when each attempt was launched.
+async fn put_answered(transport: &Transport) -> (Arc<Endpoint>, Vec<Instant>) {
+    let sent = Script::default();
+    let (to, _) = transport
+        .drive(
+            Rpc::Put,
+            Call::new(Target::Any, Deadline::Default),
+            false,
+            put,
+            |_c, _r| {
+                sent.launch();
+                async { Ok(Response::new(PutResponse::default())) }
+            },
+        )
+        .await
+        .unwrap();
+    (to, sent.times())
 }

@@ -247,13 +247,14 @@ impl Transport {
     /// backup under the same cluster id). The floor comes down to it, once, and the balancer
     /// tells the endpoint events; without this every serializable read timed out against a
     /// floor no member would reach again, and "from now" watches started in the future, until
-    /// the client was restarted. Otherwise the same as [`observe_header`](Self::observe_header).
+    /// the client was restarted. A revision at or above `floor` needs nothing here: `unary`
+    /// observed the header already (see [`observe_header`](Self::observe_header)).
     pub(crate) fn observe_committed(&self, header: Option<&ResponseHeader>, floor: i64) {
         let Some(h) = header else {
             return;
         };
         if h.revision >= floor || h.revision <= 0 {
-            return self.observe_header(header);
+            return;
         }
         let mut seen = self.seen_revision.load(Ordering::Relaxed);
         // Only what is still at or above the old floor is the old history's.
@@ -277,7 +278,6 @@ impl Transport {
                 Err(now) => seen = now,
             }
         }
-        self.balancer.observe_term(h.raft_term);
     }
 
     /// The watch hub delivered events (or a sound progress) up to `revision`: a revision the

@@ -67,7 +67,8 @@ impl Drop for Pending {
                     Ok(true) => tracing::debug!("withdrew a key whose put was abandoned"),
                     Ok(false) => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, "could not withdraw the key; it goes with its lease");
+                        let what = "could not withdraw the key; it goes with its lease";
+                        tracing::warn!(error = %e, "{what}");
                     }
                 }
             }

@@ -113,7 +113,7 @@ impl Kv {
     /// others learn the last commits only from the next leader), where a linearizable read
     /// alone would wait for that leader and time out (seen in the benchmark's leader
     /// partition). A call the caller pinned to one member stays on it. Every answer's header
-    /// is observed.
+    /// is observed (by `unary`).
     async fn guarded<Req, Resp, Fut>(
         &self,
         serializable: bool,
@@ -132,10 +132,9 @@ impl Kv {
         let at = self.transport.deadline_at(call.deadline);
         let again = floor.map(|_| request.clone());
         let resp = send(request, call.clone()).await?;
-        if serializable {
-            self.transport.observe_header(header(&resp));
-        } else {
-            // Through consensus: it may show that the cluster's history went back.
+        // `unary` observed every answer's header; one through consensus may also show that
+        // the cluster's history went back.
+        if !serializable {
             self.transport.observe_committed(header(&resp), seen);
         }
         if let Some(request) = again.filter(|_| monotonic::is_stale(floor, header(&resp))) {
@@ -175,7 +174,6 @@ impl Kv {
                         return Ok(again);
                     }
                     Ok(again) => {
-                        self.transport.observe_header(header(&again));
                         if !monotonic::is_stale(floor, header(&again)) {
                             return Ok(again);
                         }

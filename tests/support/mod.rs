@@ -27,6 +27,25 @@ pub async fn cluster3() -> Cluster {
     with_leader(Cluster::builder().members(3)).await
 }
 
+/// The cluster's endpoints, member `member`'s replaced by `proxy` in front of it (tests that
+/// hurt one member's client link). Pair it with `without_member_sync()`: member sync would
+/// swap the proxy for the member's advertised URL.
+pub fn through_proxy(
+    cluster: &Cluster,
+    member: usize,
+    proxy: &etcd_ha::testkit::FaultProxy,
+) -> Vec<String> {
+    (0..cluster.len())
+        .map(|i| {
+            if i == member {
+                proxy.url("http")
+            } else {
+                cluster.endpoint(i)
+            }
+        })
+        .collect()
+}
+
 /// A 1-member plain-HTTP cluster with a leader.
 pub async fn cluster1() -> Cluster {
     with_leader(Cluster::builder().members(1)).await
