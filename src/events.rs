@@ -254,6 +254,7 @@ mod tests {
             leader_id: 1,
             raft_term: 3,
             cluster_id: 7,
+            ..Default::default()
         };
         balancer.record_status(&ep, view).unwrap();
         let next = events.next().await.unwrap();

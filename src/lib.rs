@@ -227,7 +227,7 @@ pub use election::ElectionService;
 /// ```
 #[deprecated(note = "renamed ElectionService; the recipe is etcd_ha::concurrency::Election")]
 pub type Election = ElectionService;
-pub use endpoint::{EndpointInfo, HealthState};
+pub use endpoint::{EndpointInfo, HealthState, ParseVersionError, ServerVersion};
 pub use error::{Error, Result};
 pub use events::{EndpointEvent, EndpointEvents};
 pub use keeper::{Keeper, KeptLease, MAX_LEASE_TTL};

@@ -167,12 +167,18 @@ impl Transport {
             }
             let mut request = Request::new(make());
             let (generation, sent_token) = self.decorate(rpc, require_leader, &mut request);
+            // A txn to a member that crashes when one is canceled is let finish (no deadline
+            // told, no cancel when dropped; see `endpoint/version.rs`).
+            let finish = matches!(rpc, Rpc::Txn { .. }) && ep.txn_must_finish();
+            #[cfg(feature = "mutants")]
+            let finish = finish && !crate::mutants::cancel_txns();
             // Tell the server too (grpc-timeout), so it stops working for us in time; not for
             // streams, whose deadline bounds only their opening: they live on after it.
-            if let Some(d) = deadline.filter(|_| !stream) {
+            if let Some(d) = deadline.filter(|_| !stream && !finish) {
                 request.set_timeout(d.saturating_duration_since(Instant::now()));
             }
-            let fut = call(self.conn(&ep), request);
+            let conn = self.conn(&ep);
+            let fut = call(if finish { conn.must_finish() } else { conn }, request);
             let started = Instant::now();
             let counted = InFlight::start(&ep);
             async move {

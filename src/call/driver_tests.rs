@@ -24,6 +24,7 @@ fn transport(options: Options) -> Arc<Transport> {
             leader_id: 1,
             raft_term: 1,
             cluster_id: 7,
+            ..Default::default()
         };
         transport.balancer.record_status(ep, view).unwrap();
         ep.on_probe_ok(true, Duration::from_millis(1));
@@ -459,6 +460,7 @@ async fn a_leader_refusing_connections_is_waited_out_not_routed_around() {
                 leader_id: 1,
                 raft_term: 1,
                 cluster_id: 7,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -480,6 +482,7 @@ async fn a_leader_refusing_connections_is_waited_out_not_routed_around() {
         leader_id: 2,
         raft_term: 2,
         cluster_id: 7,
+        ..Default::default()
     };
     balancer.record_status(&follower, view).unwrap();
     assert!(balancer.leader_outage().is_none());
@@ -511,6 +514,7 @@ async fn a_leader_dropping_proposals_is_waited_out_until_the_next_leader() {
         leader_id: 2,
         raft_term: 2,
         cluster_id: 7,
+        ..Default::default()
     };
     balancer.record_status(&follower, view).unwrap();
     assert!(balancer.leader_outage().is_none());
@@ -535,6 +539,7 @@ async fn a_dropped_write_goes_again_as_soon_as_the_next_leader_is_known() {
                 leader_id: 2,
                 raft_term: 2,
                 cluster_id: 7,
+                ..Default::default()
             };
             transport.balancer.record_status(&next, view).unwrap();
             Instant::now()
@@ -602,6 +607,7 @@ async fn after_a_dropped_call_on_a_stalled_leader_the_next_waits_for_the_next_le
                 leader_id: 2,
                 raft_term: 2,
                 cluster_id: 7,
+                ..Default::default()
             };
             transport.balancer.record_status(&next, view).unwrap();
             Instant::now()

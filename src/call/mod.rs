@@ -132,6 +132,13 @@ macro_rules! service {
 }
 
 impl Conn {
+    /// This connection, with its attempts let finish after their caller gives up (a txn to a
+    /// member that crashes when one is canceled, see `endpoint/version.rs`).
+    pub(crate) fn must_finish(mut self) -> Self {
+        self.service = self.service.must_finish();
+        self
+    }
+
     service!(kv, KvClient);
     service!(watch, WatchClient);
     service!(lease, LeaseClient);

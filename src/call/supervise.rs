@@ -240,6 +240,7 @@ mod tests {
                 leader_id: 1,
                 raft_term: 1,
                 cluster_id: 7,
+                ..Default::default()
             };
             transport.balancer.record_status(ep, view).unwrap();
         }

@@ -16,6 +16,9 @@ use tonic::transport::Channel;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service};
 
+/// The header that carries a call's deadline to the server.
+const GRPC_TIMEOUT: &str = "grpc-timeout";
+
 /// A request of one attempt, as HTTP.
 pub(crate) type HttpRequest = http::Request<Body>;
 /// Its answer.
@@ -52,9 +55,25 @@ pub(crate) enum AttemptService {
     Plain(Channel),
     /// The channel inside the user's layers.
     Layered(Layered),
+    /// An attempt that must finish once sent, whoever stops waiting for it: a txn to a member
+    /// that crashes when a txn it is applying is canceled (etcd 3.5.0-3.5.4, issue 14110; see
+    /// `version.rs`). It goes without `grpc-timeout` (the server would cancel it at the
+    /// deadline itself) and runs in a task of its own until its answer's headers come, which
+    /// etcd sends only once the txn is done; a caller that gives up earlier drops the answer,
+    /// not the txn. Only the send of such a txn pays for the task.
+    MustFinish(Box<AttemptService>),
 }
 
 impl AttemptService {
+    /// This service, with every attempt let finish after its caller gives up (see
+    /// [`AttemptService::MustFinish`]).
+    pub(crate) fn must_finish(self) -> Self {
+        match self {
+            AttemptService::MustFinish(_) => self,
+            other => AttemptService::MustFinish(Box::new(other)),
+        }
+    }
+
     /// The service for a member reached through `channel`.
     pub(crate) fn new(channel: Channel, layer: Option<&AttemptLayer>) -> Self {
         match layer {
@@ -81,6 +100,7 @@ impl Service<HttpRequest> for AttemptService {
         match self {
             AttemptService::Plain(channel) => channel.poll_ready(cx).map_err(Into::into),
             AttemptService::Layered(service) => service.poll_ready(cx),
+            AttemptService::MustFinish(inner) => inner.poll_ready(cx),
         }
     }
 
@@ -91,6 +111,18 @@ impl Service<HttpRequest> for AttemptService {
                 Either::Left(channel.call(request).map_err(boxed))
             }
             AttemptService::Layered(service) => Either::Right(service.call(request)),
+            AttemptService::MustFinish(inner) => {
+                let mut request = request;
+                request.headers_mut().remove(GRPC_TIMEOUT);
+                // Called on the instance that was readied; only awaiting moves to the task.
+                let sent = tokio::spawn(inner.call(request));
+                Either::Right(Box::pin(async move {
+                    match sent.await {
+                        Ok(answer) => answer,
+                        Err(join) => Err(BoxError::from(join)),
+                    }
+                }))
+            }
         }
     }
 }

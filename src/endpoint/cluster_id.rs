@@ -106,6 +106,7 @@ mod tests {
             leader_id: member_id,
             raft_term: 2,
             cluster_id,
+            ..Default::default()
         };
         balancer
             .record_status(&endpoints[0], status(0xa1, 0x11))

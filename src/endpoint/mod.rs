@@ -13,6 +13,7 @@ mod silence;
 pub(crate) mod sync;
 mod unix;
 mod url;
+mod version;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,8 @@ pub(crate) use pace::stall_limit;
 pub(crate) use pace::{STALL_FACTOR, STALL_FLOOR};
 use silence::Silence;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
+use version::KnownVersion;
+pub use version::{ParseVersionError, ServerVersion};
 
 /// What the member's last Status answer said about raft.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,6 +51,8 @@ pub(crate) struct RaftView {
     pub(crate) raft_term: u64,
     /// The cluster it belongs to (0: the answer had no header).
     pub(crate) cluster_id: u64,
+    /// Its etcd version (`None`: the answer's did not parse).
+    pub(crate) version: Option<ServerVersion>,
 }
 
 impl RaftView {
@@ -58,6 +63,7 @@ impl RaftView {
             leader_id: status.leader,
             raft_term: status.raft_term,
             cluster_id: status.header.as_ref().map_or(0, |h| h.cluster_id),
+            version: status.version.parse().ok(),
         }
     }
 }
@@ -114,6 +120,8 @@ pub(crate) struct Endpoint {
     suspected_news: tokio::sync::watch::Sender<()>,
     /// Since when it has owed an answer that needs the leader (see [`silence`]).
     silence: Silence,
+    /// Its etcd version, from its last Status answer (see [`version`]).
+    version: KnownVersion,
 }
 
 /// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
@@ -171,6 +179,7 @@ impl Endpoint {
             suspicions: AtomicU64::new(0),
             suspected_news: tokio::sync::watch::Sender::new(()),
             silence: Silence::new(Instant::now()),
+            version: KnownVersion::default(),
         })
     }
 
@@ -383,7 +392,21 @@ impl Endpoint {
     }
 
     pub(crate) fn set_raft(&self, view: RaftView) {
+        if let Some(version) = view.version {
+            self.version.set(version);
+        }
         *self.raft.lock().unwrap_or_else(|e| e.into_inner()) = view;
+    }
+
+    /// Its etcd version, once a Status answer told it.
+    pub(crate) fn version(&self) -> Option<ServerVersion> {
+        self.version.get()
+    }
+
+    /// Whether a txn sent here must be let finish when its caller gives up: canceling it may
+    /// crash this member (etcd 3.5.0-3.5.4), or its version is not known yet.
+    pub(crate) fn txn_must_finish(&self) -> bool {
+        self.version.txn_must_finish()
     }
 
     /// What the pick policy sees, given the current leader's member id.
@@ -418,6 +441,7 @@ impl Endpoint {
                 draining: self.is_draining(),
                 in_flight: self.in_flight(),
                 suspected,
+                version: self.version(),
             }
         })
     }
@@ -457,6 +481,9 @@ pub struct EndpointInfo {
     /// Suspected of stalling: a call here was overdue by its own recent latency, so new calls
     /// avoid it while a healthy member can take them (it is not ejected for that).
     pub suspected: bool,
+    /// Its member's etcd version, once a Status answer told it: what the client may use there
+    /// (see [`ServerVersion`]).
+    pub version: Option<ServerVersion>,
 }
 
 /// What a policy sees of one endpoint. Built with [`Candidate::new`] and read through its

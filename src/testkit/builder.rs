@@ -73,6 +73,8 @@ pub struct ClusterBuilder {
     parent_dir: Option<PathBuf>,
     /// This etcd binary instead of the one [`etcd_binary`](super::etcd_binary) finds.
     etcd_bin: Option<PathBuf>,
+    /// Or etcd of this version (see [`etcd_of_version`](super::etcd_of_version)).
+    etcd_version: Option<String>,
 }
 
 impl Default for ClusterBuilder {
@@ -91,6 +93,7 @@ impl Default for ClusterBuilder {
             unix_sockets: false,
             parent_dir: None,
             etcd_bin: None,
+            etcd_version: None,
         }
     }
 }
@@ -358,6 +361,26 @@ impl ClusterBuilder {
         self
     }
 
+    /// Run etcd of this version, obtained as [`etcd_of_version`](super::etcd_of_version) does
+    /// (cached; built from its Go modules the first time), whatever `ETCD_BIN` says.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .etcd_version("3.6.16")
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(cluster.etcd_version(), "3.6.16");
+    /// # }
+    /// ```
+    pub fn etcd_version(mut self, version: impl Into<String>) -> Self {
+        self.etcd_version = Some(version.into());
+        self
+    }
+
     /// Finds (or provisions) etcd, starts the members and waits until they agree on a leader,
     /// then enables auth if asked.
     ///
@@ -375,11 +398,13 @@ impl ClusterBuilder {
         }
         // Finding etcd may mean downloading it: keep that off the async worker threads.
         let pinned = self.etcd_bin.clone();
+        let of_version = self.etcd_version.clone();
         let (binary, version) = tokio::task::spawn_blocking(move || {
-            let binary = match pinned {
-                Some(path) if path.is_file() => path,
-                Some(path) => return Err(TestkitError::EtcdBinMissing { path }),
-                None => binary::etcd_binary()?,
+            let binary = match (pinned, of_version) {
+                (Some(path), _) if path.is_file() => path,
+                (Some(path), _) => return Err(TestkitError::EtcdBinMissing { path }),
+                (None, Some(version)) => binary::etcd_of_version(&version)?,
+                (None, None) => binary::etcd_binary()?,
             };
             let version = binary::etcd_version(&binary)?;
             Ok::<_, TestkitError>((binary, version))

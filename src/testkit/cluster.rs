@@ -234,6 +234,28 @@ impl Cluster {
         self.members[i].pid()
     }
 
+    /// Whether every member that was running still runs: the first that exited on its own (a
+    /// crash, a panic) since it was started is an error with the end of its log. Members
+    /// killed or stopped through the testkit are not counted.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::start(3).await.unwrap();
+    /// // ... a workload ...
+    /// cluster.check_running().expect("no member crashed");
+    /// # }
+    /// ```
+    pub fn check_running(&self) -> Result<(), TestkitError> {
+        for member in &self.members {
+            if let Some(status) = member.exited() {
+                return Err(member.exited_error(status));
+            }
+        }
+        Ok(())
+    }
+
     /// The raft member id of member `i` (Status `header.member_id`); remembered once learnt, so
     /// it is also known while the member is down.
     ///

@@ -35,6 +35,26 @@ pub enum TestkitError {
         path: PathBuf,
     },
 
+    /// The etcd binary found for a version reports another one.
+    #[error("{binary:?} is etcd {got}, not the {wanted} asked for")]
+    WrongVersion {
+        /// The binary.
+        binary: PathBuf,
+        /// The version asked for.
+        wanted: String,
+        /// What its `--version` says.
+        got: String,
+    },
+
+    /// Obtaining etcd of a version failed (its script said why on stderr).
+    #[error("could not obtain etcd {version} ({status}); see the script's output above")]
+    EtcdBuild {
+        /// The version asked for.
+        version: String,
+        /// How the script ended.
+        status: std::process::ExitStatus,
+    },
+
     /// A file-system or process operation failed.
     #[error("{action} {path:?}: {source}")]
     Io {

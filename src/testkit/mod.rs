@@ -73,7 +73,7 @@ mod spawner;
 mod tls;
 mod wait;
 
-pub use binary::{CACHE_ENV, ETCD_BIN_ENV, etcd_binary};
+pub use binary::{CACHE_ENV, ETCD_BIN_ENV, etcd_binary, etcd_of_version};
 pub use builder::ClusterBuilder;
 pub use cluster::Cluster;
 pub use error::TestkitError;

@@ -46,20 +46,10 @@ pub(crate) const SILENCE_LIMIT: Duration = Duration::from_secs(3);
 /// requests through the watch queue, after pending events and only once every watch on the
 /// stream is synced: 3.4.25+, 3.5.8+ and 3.6+.
 pub(crate) fn orders_progress(version: &str) -> bool {
-    let mut parts = version
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().ok());
-    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
-        (parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    match (major, minor) {
-        (3, 4) => patch >= 25,
-        (3, 5) => patch >= 8,
-        (3, m) => m >= 6,
-        (m, _) => m > 3,
-    }
+    // The rule itself lives with the other version rules (`endpoint/version.rs`).
+    version
+        .parse::<crate::ServerVersion>()
+        .is_ok_and(crate::ServerVersion::orders_progress)
 }
 
 /// What the liveness rule asks for now.

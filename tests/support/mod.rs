@@ -137,20 +137,10 @@ pub fn is_v35_or_newer(cluster: &Cluster) -> bool {
     (major, minor) >= (3, 5)
 }
 
-/// The etcd binary of `version`, built from its Go modules by `scripts/etcd-go.sh` (cached in
-/// `.etcd-cache`): for tests of what only newer servers do. Fails loudly when it cannot be had.
+/// The etcd binary of `version` (the testkit's, built from its Go modules the first time and
+/// cached in `.etcd-cache`): for tests of what only some servers do. Fails loudly when it
+/// cannot be had.
 pub fn etcd_of_version(version: &str) -> std::path::PathBuf {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/etcd-go.sh");
-    let output = std::process::Command::new(script)
-        .arg(version)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("run {script}: {e}"));
-    assert!(
-        output.status.success(),
-        "{script} {version} failed ({}): etcd {version} is needed by this test",
-        output.status
-    );
-    let path = String::from_utf8(output.stdout).expect("a UTF-8 path");
-    std::path::PathBuf::from(path.trim())
+    etcd_ha::testkit::etcd_of_version(version)
+        .unwrap_or_else(|e| panic!("etcd {version} is needed by this test: {e}"))
 }
