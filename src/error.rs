@@ -479,6 +479,11 @@ impl Error {
             "can only promote a learner member which is in sync with leader" => {
                 return Error::LearnerNotReady;
             }
+            // A learner refuses what needs a voter; another member can serve it. etcd 3.5 says
+            // so with Unavailable, 3.6 with FailedPrecondition: one error for both.
+            "rpc not supported for learner" => {
+                return Error::Unavailable(tonic::Status::unavailable(status.message()));
+            }
             "election: no leader" => return Error::ElectionNoLeader,
             "election: not leader" => return Error::ElectionNotLeader,
             _ => {}

@@ -443,7 +443,7 @@ async fn expired_token_is_renewed_once_for_all_waiting_requests() {
     let refused = anonymous.kv().get("k", GetOptions::new()).await;
     assert!(matches!(refused, Err(Error::AuthRequired)), "{refused:?}");
 
-    let client = support::client(&cluster).await;
+    let client = support::client_letting_tokens_expire(&cluster).await;
     let kv = client.kv();
     let key = support::unique("ttl");
     kv.put(key.as_str(), "before-expiry", PutOptions::new())

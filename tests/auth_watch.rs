@@ -78,7 +78,7 @@ async fn expect_values(watch: &mut WatchStream, expected: &[String], who: &str) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn managed_watches_made_before_and_after_token_expiries_deliver_every_event_once() {
     let cluster = short_token_cluster().await;
-    let client = support::client(&cluster).await;
+    let client = support::client_letting_tokens_expire(&cluster).await;
     let kv = client.kv();
     let prefix = support::unique("auth-watch");
     let on_prefix = || WatchOptions::new().with_prefix();
@@ -129,7 +129,7 @@ async fn managed_watches_made_before_and_after_token_expiries_deliver_every_even
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_election_campaign_and_observer_work_across_token_expiries() {
     let cluster = short_token_cluster().await;
-    let client = support::client(&cluster).await;
+    let client = support::client_letting_tokens_expire(&cluster).await;
     let name = support::unique("auth-election");
     let election = Election::new(&client, name.as_str());
 
@@ -204,7 +204,7 @@ async fn an_election_campaign_and_observer_work_across_token_expiries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_read_permission_gets_permission_denied_once() {
     let cluster = short_token_cluster().await;
-    let root = support::client(&cluster).await;
+    let root = support::client_letting_tokens_expire(&cluster).await;
     let auth = root.auth();
     let allowed = support::unique("allowed");
     let secret = support::unique("secret");

@@ -278,9 +278,21 @@ async fn snapshot_streams_the_whole_backend_and_downgrade_is_validated() {
     assert_eq!(db[16..20], 0xED0C_DAEDu32.to_le_bytes());
 
     if support::is_v35_or_newer(&cluster) {
-        // 3.5 may go down one minor version; it answers with the cluster version.
-        let validated = m.downgrade(DowngradeAction::Validate, "3.4").await.unwrap();
-        assert_eq!(validated.version, "3.5.0");
+        // A cluster may go down one minor version; it answers with its cluster version.
+        let v: etcd_ha::ServerVersion = cluster.etcd_version().parse().unwrap();
+        let target = format!("{}.{}", v.major, v.minor - 1);
+        let validated = m
+            .downgrade(DowngradeAction::Validate, target.as_str())
+            .await
+            .unwrap();
+        // 3.5 says `3.5.0`, 3.6 `3.6`.
+        let cluster_version = format!("{}.{}", v.major, v.minor);
+        assert!(
+            validated.version == cluster_version
+                || validated.version == format!("{cluster_version}.0"),
+            "validated {}",
+            validated.version
+        );
         match m.downgrade(DowngradeAction::Validate, "three").await {
             Err(Error::InvalidRequest(status)) => assert_eq!(
                 status.message(),

@@ -21,6 +21,7 @@ use crate::endpoint::{
 };
 use crate::error::{Error, Result};
 use crate::rpc::Route;
+use crate::token::TokenCell;
 
 pub(crate) use leader::LeaderView;
 pub use pick::{Candidate, LeaderFirst, PickPolicy};
@@ -38,6 +39,9 @@ pub(crate) struct BalancerConfig {
     pub(crate) health: HealthConfig,
     /// The probers' timers.
     pub(crate) probes: ProbeTimers,
+    /// The client's auth token, when it has credentials: shared with the calls, and shown to
+    /// members whose Status needs a user (etcd 3.6, 3.5.13+; see `prober.rs`).
+    pub(crate) token: Option<Arc<TokenCell>>,
 }
 
 /// The endpoint set and the leader.
@@ -124,8 +128,19 @@ impl Balancer {
     fn spawn_prober(self: &Arc<Self>, ep: Arc<Endpoint>) {
         let span = tracing::info_span!("etcd_ha_prober", endpoint = %ep.url);
         let sink: Weak<dyn ProbeSink> = Arc::downgrade(self) as Weak<dyn ProbeSink>;
-        let prober = Prober::new(ep, sink, self.probe_now.clone(), self.config.probes);
+        let prober = Prober::new(
+            ep,
+            sink,
+            self.probe_now.clone(),
+            self.config.probes,
+            self.config.token.clone(),
+        );
         tokio::spawn(tracing::Instrument::instrument(prober.run(), span));
+    }
+
+    /// The client's auth token cell, when it has credentials.
+    pub(crate) fn token(&self) -> Option<&Arc<TokenCell>> {
+        self.config.token.as_ref()
     }
 
     /// The endpoints now.

@@ -156,7 +156,7 @@ pub(crate) struct Transport {
     /// Validated options.
     pub(crate) options: Options,
     /// Auth token, when credentials were given.
-    token: Option<TokenCell>,
+    token: Option<Arc<TokenCell>>,
     /// Cancelled when the last client handle goes: stops every background task.
     pub(crate) cancel: CancellationToken,
     /// The newest store revision in any KV answer: where a managed watch from "now" starts.
@@ -210,7 +210,8 @@ impl Transport {
 
     /// A transport over `balancer`, with no background task of its own.
     fn over(balancer: Arc<Balancer>, options: Options) -> Arc<Self> {
-        let token = options.credentials.as_ref().map(|_| TokenCell::default());
+        // One cell for the calls and the probes (see `BalancerConfig::token`).
+        let token = balancer.token().cloned();
         Arc::new(Transport {
             balancer,
             options,
@@ -414,7 +415,7 @@ impl Transport {
     /// this was read carries this token or an older one, so renewing this generation replaces
     /// whatever token the stream carries.
     pub(crate) fn token_generation(&self) -> u64 {
-        self.token.as_ref().map_or(0, TokenCell::generation)
+        self.token.as_deref().map_or(0, TokenCell::generation)
     }
 
     /// After losing the leader, wait (bounded by the leader grace and the deadline) until a new
@@ -528,6 +529,10 @@ fn balancer_config(options: &Options) -> Result<BalancerConfig> {
             interval: options.probe_interval,
             timeout: options.probe_timeout,
         },
+        token: options
+            .credentials
+            .as_ref()
+            .map(|_| Arc::new(TokenCell::default())),
     })
 }
 

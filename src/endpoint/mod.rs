@@ -122,6 +122,9 @@ pub(crate) struct Endpoint {
     silence: Silence,
     /// Its etcd version, from its last Status answer (see [`version`]).
     version: KnownVersion,
+    /// Its Status refused a caller without a user (auth on, etcd 3.6 or 3.5.13+): probes
+    /// show it the client's token (see `prober.rs`).
+    status_needs_token: AtomicBool,
 }
 
 /// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
@@ -180,6 +183,7 @@ impl Endpoint {
             suspected_news: tokio::sync::watch::Sender::new(()),
             silence: Silence::new(Instant::now()),
             version: KnownVersion::default(),
+            status_needs_token: AtomicBool::new(false),
         })
     }
 
@@ -396,6 +400,16 @@ impl Endpoint {
             self.version.set(version);
         }
         *self.raft.lock().unwrap_or_else(|e| e.into_inner()) = view;
+    }
+
+    /// Whether its Status needs the client's token (see `prober.rs`).
+    pub(crate) fn status_needs_token(&self) -> bool {
+        self.status_needs_token.load(Ordering::Relaxed)
+    }
+
+    /// Its Status refused a caller without a user.
+    pub(crate) fn set_status_needs_token(&self) {
+        self.status_needs_token.store(true, Ordering::Relaxed);
     }
 
     /// Its etcd version, once a Status answer told it.

@@ -24,6 +24,7 @@ use super::{Endpoint, Failure, HealthState, RaftView};
 use crate::error::Error;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::{RangeRequest, StatusRequest, kv_client::KvClient};
+use crate::token::TokenCell;
 
 /// Where a prober reports what it learns beyond the endpoint's own health: implemented by the
 /// layer above (the balancer), so that this layer knows nothing of leaders or routing.
@@ -57,6 +58,8 @@ pub(crate) struct Prober {
     /// Wakes every prober at once (a failure hinted that the leader moved or a member died).
     probe_now: Arc<Notify>,
     timers: ProbeTimers,
+    /// The client's token, for members whose Status needs a user.
+    token: Option<Arc<TokenCell>>,
 }
 
 impl Prober {
@@ -65,12 +68,14 @@ impl Prober {
         sink: Weak<dyn ProbeSink>,
         probe_now: Arc<Notify>,
         timers: ProbeTimers,
+        token: Option<Arc<TokenCell>>,
     ) -> Self {
         Prober {
             endpoint,
             sink,
             probe_now,
             timers,
+            token,
         }
     }
 
@@ -90,7 +95,8 @@ impl Prober {
             let Some(sink) = self.sink.upgrade() else {
                 return;
             };
-            probe(&self.endpoint, self.timers.timeout, &*sink).await;
+            let token = self.token.as_deref();
+            probe(&self.endpoint, self.timers.timeout, token, &*sink).await;
             sink.on_probed(&self.endpoint);
             drop(sink);
             // While ejected, the next probe waits for the ejection to end: that is the linear,
@@ -108,16 +114,27 @@ impl Prober {
 }
 
 /// One probe of `ep`; records the result on the endpoint and reports the rest to `sink`.
-pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink) {
+pub(crate) async fn probe(
+    ep: &Endpoint,
+    timeout: Duration,
+    token: Option<&TokenCell>,
+    sink: &dyn ProbeSink,
+) {
     let started = Instant::now();
     // The probe ends in a linearizable read: until one is served, the member owes it (what
     // tells a leader-bound call that the leader stalled, see `silence.rs`).
     ep.owe();
 
-    // Probes carry no auth token: an answer of etcd's auth layer ("user name is empty",
-    // "permission denied") comes after the read index, so it proves as much, and probing with
-    // the token would keep a simple token alive that should expire.
-    let request = Request::new(StatusRequest {});
+    // The linearizable read carries no auth token: an answer of etcd's auth layer ("user name
+    // is empty", "permission denied") comes after the read index, so it proves as much. Status
+    // needs a user on etcd 3.6 and 3.5.13+ with auth on: without one it answers nothing of
+    // raft or version, and the client would not know the leader. So a member that refused an
+    // anonymous Status is asked with the client's token from then on (which also keeps a
+    // simple token alive: it expires only when the client is gone or its user changed).
+    let mut request = Request::new(StatusRequest {});
+    if let Some(token) = token.filter(|_| ep.status_needs_token()) {
+        token.attach(request.metadata_mut());
+    }
     let mut maintenance = MaintenanceClient::new(ep.channel.clone());
     let call = maintenance.status(request);
     tokio::pin!(call);
@@ -135,6 +152,17 @@ pub(crate) async fn probe(ep: &Endpoint, timeout: Duration, sink: &dyn ProbeSink
         Ok(Ok(r)) => r.into_inner(),
         Ok(Err(s)) => {
             let err = Error::from_status(s, &ep.url);
+            if matches!(err, Error::AuthRequired) && token.is_some() && !ep.status_needs_token() {
+                // Ask again at once, with the token: see above.
+                ep.set_status_needs_token();
+                return Box::pin(probe(
+                    ep,
+                    timeout.saturating_sub(started.elapsed()),
+                    token,
+                    sink,
+                ))
+                .await;
+            }
             // An answer of etcd's own (e.g. auth) still proves the member is there.
             if err.is_transport() || err.is_retryable() {
                 // Through the sink, so that losing the leader is noticed at once.
@@ -248,7 +276,7 @@ mod tests {
         for _ in 0..100 {
             ep.on_answer(Duration::from_millis(400), Duration::from_secs(1));
         }
-        probe(&ep, Duration::from_secs(1), &Sink).await;
+        probe(&ep, Duration::from_secs(1), None, &Sink).await;
         assert_ne!(ep.state(), HealthState::Ejected);
         assert!(ep.is_suspected());
         drop(silent);
@@ -263,7 +291,7 @@ mod tests {
         let timeout = Duration::from_secs(1);
         let probing = tokio::spawn({
             let ep = ep.clone();
-            async move { probe(&ep, timeout, &Sink).await }
+            async move { probe(&ep, timeout, None, &Sink).await }
         });
         tokio::time::sleep(STALL_FLOOR + Duration::from_millis(1)).await;
         assert!(ep.is_suspected(), "suspected at the member's pace");

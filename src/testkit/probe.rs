@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use crate::proto::etcdserverpb::auth_client::AuthClient;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
-use crate::proto::etcdserverpb::{StatusRequest, StatusResponse};
+use crate::proto::etcdserverpb::{AuthenticateRequest, StatusRequest, StatusResponse};
 
 use super::TestkitError;
 use super::member::Member;
@@ -42,17 +43,43 @@ pub(crate) async fn status(
     member: &Member,
     tls: Option<&ClientTlsConfig>,
 ) -> Result<StatusResponse, TestkitError> {
+    let rpc_error = |rpc: &'static str| {
+        move |source| TestkitError::Rpc {
+            rpc,
+            member: member.name.clone(),
+            source,
+        }
+    };
     let call = async {
         let channel = connect(&member.client_url, tls).await?;
-        let response = MaintenanceClient::new(channel)
-            .status(StatusRequest {})
-            .await
-            .map_err(|source| TestkitError::Rpc {
-                rpc: "Status",
-                member: member.name.clone(),
-                source,
-            })?;
-        Ok::<_, TestkitError>(response.into_inner())
+        let mut maintenance = MaintenanceClient::new(channel.clone());
+        let token = member
+            .token
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let anonymous = maintenance.status(with_token(token.as_deref())).await;
+        let answer = match (anonymous, member.login.get()) {
+            // Auth is on and this server answers Status only to a user, or the token expired:
+            // log in and ask again.
+            (Err(refused), Some((user, password)))
+                if refused.code() == tonic::Code::InvalidArgument
+                    || refused.code() == tonic::Code::Unauthenticated =>
+            {
+                let login = AuthClient::new(channel)
+                    .authenticate(AuthenticateRequest {
+                        name: user.clone(),
+                        password: password.clone(),
+                    })
+                    .await
+                    .map_err(rpc_error("Authenticate"))?
+                    .into_inner();
+                *member.token.lock().unwrap_or_else(|p| p.into_inner()) = Some(login.token.clone());
+                maintenance.status(with_token(Some(&login.token))).await
+            }
+            (answer, _) => answer,
+        };
+        Ok::<_, TestkitError>(answer.map_err(rpc_error("Status"))?.into_inner())
     };
     // Endpoint::timeout covers the request, connect_timeout the TCP connect; this also covers a
     // TLS handshake with a member that accepted the connection but does not serve yet.
@@ -67,6 +94,15 @@ pub(crate) async fn status(
         let _ = member.id.set(header.member_id);
     }
     Ok(response)
+}
+
+/// A Status request, with `token` if there is one.
+fn with_token(token: Option<&str>) -> tonic::Request<StatusRequest> {
+    let mut request = tonic::Request::new(StatusRequest {});
+    if let Some(value) = token.and_then(|t| t.parse().ok()) {
+        request.metadata_mut().insert("token", value);
+    }
+    request
 }
 
 /// What one live member said: its own id and the leader id it sees (0 = none).

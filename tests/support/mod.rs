@@ -102,6 +102,16 @@ pub async fn client(cluster: &Cluster) -> Client {
         .expect("connect to the test cluster")
 }
 
+/// A client whose probes come once a minute: on etcd 3.6 and 3.5.13+ with auth on, probes show
+/// the member the client's token (Status needs a user there), which keeps a simple token alive;
+/// tests of what happens when it expires need probes rarer than its TTL.
+pub async fn client_letting_tokens_expire(cluster: &Cluster) -> Client {
+    let options = options_for(cluster).with_probe(Duration::from_secs(60), Duration::from_secs(2));
+    Client::connect(cluster.endpoints(), options)
+        .await
+        .expect("connect to the test cluster")
+}
+
 /// Wait until every endpoint is healthy (probes have run, so calls spread over all of them)
 /// and the client knows the leader.
 pub async fn all_healthy(client: &Client) {
