@@ -231,7 +231,10 @@ pub use endpoint::{EndpointInfo, HealthState};
 pub use error::{Error, Result};
 pub use events::{EndpointEvent, EndpointEvents};
 pub use keeper::{Keeper, KeptLease, MAX_LEASE_TTL};
-pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
+pub use kv::{
+    DeleteOptions, GetOptions, Kv, PutOptions, RangeMethod, RangePages, SortOrder, SortTarget,
+    prefix_end,
+};
 pub use lease::{KeepAliveSender, Lease};
 pub use lock::Lock;
 pub use maintenance::Maintenance;
