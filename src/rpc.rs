@@ -59,12 +59,18 @@ pub enum Idempotency {
 #[allow(missing_docs)]
 pub enum Rpc {
     // KV
-    Range { serializable: bool },
+    Range {
+        serializable: bool,
+    },
     /// etcd 3.7+: a range answered as a stream of chunks (older members answer Unimplemented).
-    RangeStream { serializable: bool },
+    RangeStream {
+        serializable: bool,
+    },
     Put,
     DeleteRange,
-    Txn { read_only: bool },
+    Txn {
+        read_only: bool,
+    },
     Compact,
     // Watch and Lease streams
     Watch,
@@ -80,7 +86,9 @@ pub enum Rpc {
     MemberList,
     MemberPromote,
     // Maintenance
-    Alarm { get: bool },
+    Alarm {
+        get: bool,
+    },
     Status,
     Defragment,
     Hash,

@@ -48,7 +48,13 @@ const FILES: &[(&str, Module, &str)] = &[
 ];
 
 /// The packages those files declare: only their items are compared.
-const PACKAGES: &[&str] = &["mvccpb", "authpb", "etcdserverpb", "v3electionpb", "v3lockpb"];
+const PACKAGES: &[&str] = &[
+    "mvccpb",
+    "authpb",
+    "etcdserverpb",
+    "v3electionpb",
+    "v3lockpb",
+];
 
 /// Options that change what goes on the wire, or whether a file compiles at all: kept. Every
 /// other option (gogoproto's, `google.api.http`, OpenAPI, `versionpb.etcd_version_*`,
@@ -139,9 +145,8 @@ fn join(lines: &[&String]) -> String {
 /// fetched when missing.
 fn etcd_modules() -> (PathBuf, PathBuf) {
     let cache = go(&["env", "GOMODCACHE"]);
-    let dir = |module: Module| {
-        Path::new(cache.trim()).join(format!("{}@v{ETCD_VERSION}", module.path()))
-    };
+    let dir =
+        |module: Module| Path::new(cache.trim()).join(format!("{}@v{ETCD_VERSION}", module.path()));
     let (api, server) = (dir(Module::Api), dir(Module::Server));
     if api.is_dir() && server.is_dir() {
         return (api, server);
@@ -153,7 +158,10 @@ fn etcd_modules() -> (PathBuf, PathBuf) {
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap_or_else(|e| panic!("run {script}: {e}"));
-    assert!(status.success(), "{script} {ETCD_VERSION} failed ({status})");
+    assert!(
+        status.success(),
+        "{script} {ETCD_VERSION} failed ({status})"
+    );
     if !(api.is_dir() && server.is_dir()) {
         // The script found its binary cached and fetched nothing: fetch the two modules alone.
         let api_module = format!("{}@v{ETCD_VERSION}", Module::Api.path());
@@ -325,7 +333,11 @@ fn model(pool: &DescriptorPool) -> BTreeSet<String> {
                 field.number(),
                 cardinality(field.cardinality()),
                 if packed { " packed" } else { "" },
-                if field.supports_presence() { " with presence" } else { "" },
+                if field.supports_presence() {
+                    " with presence"
+                } else {
+                    ""
+                },
             ));
         }
     }
@@ -333,7 +345,11 @@ fn model(pool: &DescriptorPool) -> BTreeSet<String> {
         let name = e.full_name();
         lines.insert(format!("enum {name}"));
         for value in e.values() {
-            lines.insert(format!("value {name}.{} = {}", value.name(), value.number()));
+            lines.insert(format!(
+                "value {name}.{} = {}",
+                value.name(),
+                value.number()
+            ));
         }
     }
     for service in pool.services().filter(|s| ours(s.package_name())) {
@@ -386,7 +402,10 @@ fn the_model_tells_wire_changes_and_ignores_options() {
     for changed in [
         base.replace("int64 f = 1", "int64 f = 3"),
         base.replace("int64 f = 1", "uint64 f = 1"),
-        base.replace("repeated int64 r = 2;", "repeated int64 r = 2 [packed = false];"),
+        base.replace(
+            "repeated int64 r = 2;",
+            "repeated int64 r = 2 [packed = false];",
+        ),
         base.replace("returns (M)", "returns (stream M)"),
         base.replace("A = 0;", "A = 0; B = 1;"),
     ] {

@@ -89,7 +89,11 @@ async fn snapshot_read(client: &Client, prefix: &str, options: GetOptions) -> Ve
         .expect("delete a key");
 
     let (later, methods) = rest(&mut pages).await.expect("the rest of the pages");
-    assert_eq!(pages.revision(), Some(revision), "the revision stays pinned");
+    assert_eq!(
+        pages.revision(),
+        Some(revision),
+        "the revision stays pinned"
+    );
     let read: Vec<KeyValue> = std::iter::once(first)
         .chain(later.iter().cloned())
         .flatten()
@@ -102,8 +106,15 @@ async fn snapshot_read(client: &Client, prefix: &str, options: GetOptions) -> Ve
         )
         .await
         .expect("plain get at the pinned revision");
-    assert_eq!(read.len(), KEYS, "the snapshot has every key and no new one");
-    assert!(read == at.kvs, "get_stream differs from get at revision {revision}");
+    assert_eq!(
+        read.len(),
+        KEYS,
+        "the snapshot has every key and no new one"
+    );
+    assert!(
+        read == at.kvs,
+        "get_stream differs from get at revision {revision}"
+    );
     // Bounded: the range came in many pages, none of them the whole range.
     assert!(later.len() >= 2, "{} pages after the first", later.len());
     assert!(later.iter().all(|p| p.len() < KEYS));
@@ -150,7 +161,10 @@ async fn on_etcd_3_5_it_pages_and_stops_asking_for_range_stream() {
     fill(&client, &prefix, 100).await;
 
     let methods = snapshot_read(&client, &prefix, GetOptions::new()).await;
-    assert!(methods.iter().all(|m| *m == RangeMethod::Range), "{methods:?}");
+    assert!(
+        methods.iter().all(|m| *m == RangeMethod::Range),
+        "{methods:?}"
+    );
 
     // Each member refuses RangeStream once, then is not asked again: the calls of a read are
     // its pages (5 of 1000 keys), plus one refused RangeStream while some member was not

@@ -122,7 +122,13 @@ mod tests {
         assert!(!table.may_serve(&old, STREAM, start));
         // The same method whatever its flags; another method or member is not concerned.
         assert!(!table.may_serve(&old, Rpc::RangeStream { serializable: true }, start));
-        assert!(table.may_serve(&old, Rpc::Range { serializable: false }, start));
+        assert!(table.may_serve(
+            &old,
+            Rpc::Range {
+                serializable: false
+            },
+            start
+        ));
         assert!(table.may_serve("http://10.0.0.2:2379", STREAM, start));
         assert_eq!(table.refusing(STREAM, start), vec![old.clone()]);
         // A member upgraded under the same URL is asked again after FORGET_AFTER.

@@ -134,7 +134,9 @@ impl Pager {
             }
         }
         if response.more && response.kvs.is_empty() {
-            return Err(malformed("a range page with more keys to come but none in it"));
+            return Err(malformed(
+                "a range page with more keys to come but none in it",
+            ));
         }
         let more = response.more;
         let kvs = self.advance(response.kvs)?;
@@ -166,7 +168,9 @@ impl Pager {
                 // One key: there is nothing after it to read.
                 self.done = true;
             } else if last.key < self.request.key {
-                return Err(malformed("a range answer went back before the keys already read"));
+                return Err(malformed(
+                    "a range answer went back before the keys already read",
+                ));
             }
             let mut next = last.key.clone();
             next.push(0);
@@ -240,7 +244,10 @@ mod tests {
     fn pages_pin_the_first_revision_and_start_after_the_last_key() {
         let mut pager = Pager::new(prefix("p/"), 2).unwrap();
         let first = pager.page_request();
-        assert_eq!((first.key.as_slice(), first.limit, first.revision), (&b"p/"[..], 2, 0));
+        assert_eq!(
+            (first.key.as_slice(), first.limit, first.revision),
+            (&b"p/"[..], 2, 0)
+        );
         let got = pager.on_page(page(40, &["p/a", "p/b"], true)).unwrap();
         assert_eq!(keys(&got), ["p/a", "p/b"]);
         assert_eq!(pager.revision(), Some(40));
@@ -280,8 +287,14 @@ mod tests {
         let mut pager = Pager::new(prefix("p/"), 1).unwrap();
         pager.on_page(page(12, &["p/a"], true)).unwrap();
         let rest = pager.stream_request();
-        assert_eq!((rest.key.as_slice(), rest.limit, rest.revision), (&b"p/a\0"[..], 0, 12));
-        assert_eq!(keys(&pager.on_chunk(chunk(&["p/b", "p/c"], false)).unwrap()), ["p/b", "p/c"]);
+        assert_eq!(
+            (rest.key.as_slice(), rest.limit, rest.revision),
+            (&b"p/a\0"[..], 0, 12)
+        );
+        assert_eq!(
+            keys(&pager.on_chunk(chunk(&["p/b", "p/c"], false)).unwrap()),
+            ["p/b", "p/c"]
+        );
         assert!(!pager.is_done());
         // A stream broken here goes on from after p/c, by stream or by page.
         assert_eq!(pager.stream_request().key, b"p/c\0");
@@ -326,7 +339,13 @@ mod tests {
         ] {
             let refused = Pager::new(sorted(target, order), 5).unwrap_err();
             assert!(
-                matches!(refused, Error::InvalidOptions { option: "with_sort", .. }),
+                matches!(
+                    refused,
+                    Error::InvalidOptions {
+                        option: "with_sort",
+                        ..
+                    }
+                ),
                 "{target:?} {order:?}: {refused:?}"
             );
         }

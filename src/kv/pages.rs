@@ -85,7 +85,7 @@ pub struct RangePages {
     /// The read, while no page is being fetched; `None` once it ended.
     reader: Option<Reader>,
     /// The page being fetched; it hands the reader back when done.
-    fetching: Option<BoxFuture<'static, (Reader, Result<Option<Vec<KeyValue>>>)>>,
+    fetching: Option<Fetching>,
     /// What the options were refused for, handed out as the first item.
     refused: Option<Error>,
     /// Copied from the reader after each page, so it can be read while a page is in flight.
@@ -213,6 +213,9 @@ impl Stream for RangePages {
     }
 }
 
+/// A page being fetched, handing the reader back with it.
+type Fetching = BoxFuture<'static, (Reader, Result<Option<Vec<KeyValue>>>)>;
+
 /// The read itself: the pager's position, and the `RangeStream` when one is open.
 struct Reader {
     kv: Kv,
@@ -271,7 +274,10 @@ impl Reader {
     fn wants_stream(&self) -> bool {
         self.stream
             && self.pager.streamable()
-            && self.kv.transport.may_serve(self.rpc(), &self.kv.call.target)
+            && self
+                .kv
+                .transport
+                .may_serve(self.rpc(), &self.kv.call.target)
     }
 
     /// One chunk of the `RangeStream`, opened first if none is; a stream that breaks (or is
