@@ -146,6 +146,27 @@ async fn on_etcd_3_7_the_rest_of_the_range_comes_by_range_stream() {
     let calls = client.call_stats().since(&before).calls;
     assert_eq!(calls, 2 + 3 + 2, "calls made");
 
+    // In a namespace: the keys sent carry its prefix (the stream's next start too), the keys
+    // handed out do not.
+    let scoped = client
+        .with_namespace(format!("{prefix}/"))
+        .expect("namespace");
+    let mut pages = scoped
+        .kv()
+        .get_stream("k", GetOptions::new().with_prefix().with_page_size(500));
+    let (got, methods) = rest(&mut pages).await.expect("namespaced read");
+    let keys: Vec<Vec<u8>> = got.into_iter().flatten().map(|kv| kv.key).collect();
+    let expected: Vec<Vec<u8>> = (0..KEYS - 1)
+        .map(|n| format!("k{n:05}").into_bytes())
+        .collect();
+    assert!(
+        keys == expected,
+        "{} keys, first {:?}",
+        keys.len(),
+        keys.first()
+    );
+    assert_eq!(methods.last(), Some(&RangeMethod::RangeStream));
+
     // Serializable, from any member, the same way.
     let prefix = support::unique("stream37s");
     fill(&client, &prefix, 100).await;
