@@ -522,6 +522,19 @@ impl Error {
         }
     }
 
+    /// Whether the member answered gRPC `Unimplemented`: it does not have the method (an older
+    /// etcd asked for a newer call, such as `RangeStream` before 3.7), or does not take this
+    /// request of it. Nothing was done.
+    ///
+    /// ```
+    /// let old = tonic::Status::unimplemented("unknown method RangeStream for service etcdserverpb.KV");
+    /// assert!(etcd_ha::Error::from_status(old, "http://127.0.0.1:2379").is_unimplemented());
+    /// assert!(!etcd_ha::Error::NoLeader.is_unimplemented());
+    /// ```
+    pub fn is_unimplemented(&self) -> bool {
+        matches!(self, Error::Grpc(status) if status.code() == tonic::Code::Unimplemented)
+    }
+
     /// Whether this failure happened below gRPC (connect, TLS, HTTP/2), so that the member's
     /// server never answered. The balancer uses this to mark the endpoint as failed.
     ///

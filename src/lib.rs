@@ -24,7 +24,8 @@
 //! call/           how every call leaves the client: the shared Transport (mod.rs), a pure
 //!                 call plan (plan.rs: hedge, retry, fail, renew, blame; no IO), the driver
 //!                 that runs it for unary calls and stream opens (driver.rs), stream opens
-//!                 (streams.rs), member sync (members.rs)
+//!                 (streams.rs), member sync (members.rs), members that lack a method
+//!                 (unimplemented.rs: an older etcd asked for a newer call)
 //! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
 //! events.rs       EndpointEvents: health, leader and membership transitions as a stream
 //! drain.rs        Client::drain / undrain: a member made safe to stop (planned maintenance)
@@ -36,7 +37,9 @@
 //! client.rs       Client: connect, endpoints(), the typed sub-clients below, and the lease
 //!                 keeper and watch hub they share
 //! kv/, txn.rs    KV: get / put / delete with options, the Txn builder, compact;
-//!                 kv/monotonic.rs: the rule that keeps serializable reads from going back
+//!                 kv/monotonic.rs: the rule that keeps serializable reads from going back;
+//!                 kv/pages.rs: get_stream, a range page by page (RangeStream on etcd 3.7+,
+//!                 Range pages before), kv/pager.rs: its rules (one revision, no IO)
 //! namespace.rs    key namespaces: the prefix put on requests and stripped from answers
 //! lease.rs        Lease: grant, revoke, time to live, leases, raw keep-alive stream
 //! keeper/         the lease keeper: many leases over one keep-alive stream, conservative
@@ -231,7 +234,10 @@ pub use endpoint::{EndpointInfo, HealthState, ParseVersionError, ServerVersion};
 pub use error::{Error, Result};
 pub use events::{EndpointEvent, EndpointEvents};
 pub use keeper::{Keeper, KeptLease, MAX_LEASE_TTL};
-pub use kv::{DeleteOptions, GetOptions, Kv, PutOptions, SortOrder, SortTarget, prefix_end};
+pub use kv::{
+    DeleteOptions, GetOptions, Kv, PutOptions, RangeMethod, RangePages, SortOrder, SortTarget,
+    prefix_end,
+};
 pub use lease::{KeepAliveSender, Lease};
 pub use lock::Lock;
 pub use maintenance::Maintenance;

@@ -59,10 +59,18 @@ pub enum Idempotency {
 #[allow(missing_docs)]
 pub enum Rpc {
     // KV
-    Range { serializable: bool },
+    Range {
+        serializable: bool,
+    },
+    /// etcd 3.7+: a range answered as a stream of chunks (older members answer Unimplemented).
+    RangeStream {
+        serializable: bool,
+    },
     Put,
     DeleteRange,
-    Txn { read_only: bool },
+    Txn {
+        read_only: bool,
+    },
     Compact,
     // Watch and Lease streams
     Watch,
@@ -78,7 +86,9 @@ pub enum Rpc {
     MemberList,
     MemberPromote,
     // Maintenance
-    Alarm { get: bool },
+    Alarm {
+        get: bool,
+    },
     Status,
     Defragment,
     Hash,
@@ -122,13 +132,16 @@ impl Rpc {
     ///
     /// ```
     /// use etcd_ha::rpc::Rpc;
-    /// assert_eq!(Rpc::ALL.len(), 48);
+    /// assert_eq!(Rpc::ALL.len(), 49);
     /// assert!(Rpc::ALL.contains(&Rpc::Watch));
     /// ```
-    pub const ALL: [Rpc; 48] = {
+    pub const ALL: [Rpc; 49] = {
         use Rpc::*;
         [
             Range {
+                serializable: false,
+            },
+            RangeStream {
                 serializable: false,
             },
             Put,
@@ -210,7 +223,9 @@ impl Rpc {
     pub fn service(self) -> &'static str {
         use Rpc::*;
         match self {
-            Range { .. } | Put | DeleteRange | Txn { .. } | Compact => "etcdserverpb.KV",
+            Range { .. } | RangeStream { .. } | Put | DeleteRange | Txn { .. } | Compact => {
+                "etcdserverpb.KV"
+            }
             Watch => "etcdserverpb.Watch",
             LeaseGrant | LeaseRevoke | LeaseKeepAlive | LeaseTimeToLive | LeaseLeases => {
                 "etcdserverpb.Lease"
@@ -246,7 +261,7 @@ impl Rpc {
     pub fn route(self) -> Route {
         use Rpc::*;
         match self {
-            Range { serializable: true } => Route::Any,
+            Range { serializable: true } | RangeStream { serializable: true } => Route::Any,
             // Member list and status are answered from local state; auth reads are
             // linearizable in etcd, so they stay with the leader.
             MemberList | Status | Hash | HashKv | Snapshot | Defragment | Alarm { .. } => {
@@ -271,6 +286,7 @@ impl Rpc {
         use Rpc::*;
         match self {
             Range { .. }
+            | RangeStream { .. }
             | Txn { read_only: true }
             | LeaseKeepAlive
             | LeaseTimeToLive
@@ -338,6 +354,7 @@ impl Rpc {
         use Rpc::*;
         match self {
             Range { serializable: true }
+            | RangeStream { serializable: true }
             | MemberList
             | Status
             | Hash
@@ -380,6 +397,7 @@ impl Rpc {
         use Rpc::*;
         match self {
             Range { .. } => "Range",
+            RangeStream { .. } => "RangeStream",
             Put => "Put",
             DeleteRange => "DeleteRange",
             Txn { .. } => "Txn",
@@ -515,5 +533,18 @@ mod tests {
         assert_eq!(l.route(), Route::Leader);
         assert!(l.requires_leader());
         assert_eq!(l.idempotency(), Idempotency::Repeatable);
+    }
+
+    #[test]
+    fn a_range_stream_is_routed_as_a_range() {
+        for serializable in [false, true] {
+            let range = Rpc::Range { serializable };
+            let stream = Rpc::RangeStream { serializable };
+            assert_eq!(stream.route(), range.route());
+            assert_eq!(stream.requires_leader(), range.requires_leader());
+            assert_eq!(stream.idempotency(), Idempotency::Repeatable);
+            // A chunked read ends by itself: silence on it is the member's, as on a range.
+            assert!(!stream.holds_open());
+        }
     }
 }

@@ -197,7 +197,8 @@ impl Transport {
         let mut attempts = Attempts {
             running: FuturesUnordered::new(),
             members: Vec::new(),
-            tried: Vec::new(),
+            // Members that said lately they lack the method count as tried: the last choice.
+            tried: self.refusing(rpc),
         };
 
         self.await_leader(route, plan.deadline()).await;
@@ -231,6 +232,7 @@ impl Transport {
                         }
                         Err(status) => {
                             let unsent = never_sent(&status);
+                            self.learn_method(&answer.ep, rpc, &status);
                             let error = Error::from_status(status, &answer.ep.url);
                             self.learn(&answer.ep, &error);
                             let failed = Failed {

@@ -15,9 +15,10 @@ pub(crate) mod plan;
 pub(crate) mod stats;
 mod streams;
 pub(crate) mod supervise;
+mod unimplemented;
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -168,6 +169,12 @@ pub(crate) struct Transport {
     budget: Mutex<budget::HedgeBudget>,
     /// What the calls did, for [`Client::call_stats`](crate::Client::call_stats).
     pub(crate) counters: stats::Counters,
+    /// Members that lately answered they do not have a method (an older etcd); a std mutex
+    /// held for a lookup, never across `.await`.
+    unimplemented: Mutex<unimplemented::Unimplemented>,
+    /// Whether that table has rows, so that every call's look at it is one load while no
+    /// member ever refused a method (almost always); written under the table's lock.
+    any_unimplemented: AtomicBool,
 }
 
 impl fmt::Debug for Transport {
@@ -221,6 +228,8 @@ impl Transport {
             revision_news: tokio::sync::watch::Sender::new(()),
             budget: Mutex::new(budget::HedgeBudget::new(Instant::now())),
             counters: stats::Counters::default(),
+            unimplemented: Mutex::default(),
+            any_unimplemented: AtomicBool::new(false),
         })
     }
 
@@ -355,6 +364,46 @@ impl Transport {
     /// Resolves whenever some endpoint's health changes (see [`Balancer::health_changes`]).
     pub(crate) fn health_changes(&self) -> tokio::sync::watch::Receiver<()> {
         self.balancer.health_changes()
+    }
+
+    /// The member `ep` answered `status` to `rpc`: when it says the member does not have the
+    /// method (see [`unimplemented`]), the member is the method's last choice for a while.
+    pub(crate) fn learn_method(&self, ep: &Endpoint, rpc: Rpc, status: &tonic::Status) {
+        if unimplemented::is_unknown_method(status) {
+            tracing::debug!(rpc = rpc.name(), member = %ep.url, "the member lacks the method");
+            let mut table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
+            table.refused(&ep.url, rpc, Instant::now());
+            self.any_unimplemented.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The members that lately answered they do not have `rpc`'s method.
+    pub(crate) fn refusing(&self, rpc: Rpc) -> Vec<Arc<str>> {
+        if !self.any_unimplemented.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let mut table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if table.forget_old(now) {
+            self.any_unimplemented.store(false, Ordering::Relaxed);
+        }
+        table.refusing(rpc, now)
+    }
+
+    /// Whether a call of `rpc` to `target` may find a member with the method: the member
+    /// itself when pinned, else any member of the set, unless each answered lately that it
+    /// lacks the method.
+    pub(crate) fn may_serve(&self, rpc: Rpc, target: &Target) -> bool {
+        let table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match target {
+            Target::Member(ep) => table.may_serve(&ep.url, rpc, now),
+            Target::Any | Target::Route(_) => self
+                .balancer
+                .endpoints()
+                .iter()
+                .any(|ep| table.may_serve(&ep.url, rpc, now)),
+        }
     }
 
     /// What a failed call teaches the balancer (see [`Balancer::learn`]).

@@ -35,6 +35,8 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 #[derive(Clone, Debug, Default)]
 pub struct GetOptions {
     request: RangeRequest,
+    /// Keys per `Range` page of [`Kv::get_stream`](crate::Kv::get_stream); `None`: the default.
+    page_size: Option<i64>,
     /// Set by `with_prefix`: the range end is computed from the key when the request is built.
     prefix: bool,
     /// Set by `with_from_key`: every key >= key.
@@ -183,6 +185,24 @@ impl GetOptions {
     pub fn with_max_create_revision(mut self, revision: i64) -> Self {
         self.request.max_create_revision = revision;
         self
+    }
+
+    /// Keys per page when [`Kv::get_stream`](crate::Kv::get_stream) reads in `Range` pages
+    /// (on members without `RangeStream`, and for the first page always); 1000 by default
+    /// (etcd's own mirror syncer's batch). Smaller pages for large values keep each answer
+    /// under the client's response size limit. Other reads ignore it.
+    ///
+    /// ```
+    /// let o = etcd_ha::GetOptions::new().with_prefix().with_page_size(200);
+    /// ```
+    pub fn with_page_size(mut self, keys: u32) -> Self {
+        self.page_size = Some(i64::from(keys));
+        self
+    }
+
+    /// Keys per page of a paged read.
+    pub(crate) fn page_size(&self) -> i64 {
+        self.page_size.unwrap_or(super::pager::DEFAULT_PAGE_SIZE)
     }
 
     /// The request these options make for `key`.
