@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::access::{Access, PASSWORD_ENV, TlsFiles};
 use crate::clients::ClientKind;
 use crate::plan::{Plan, Timing};
 use crate::scenario::Scenario;
@@ -32,8 +33,11 @@ pub struct Args {
     pub trials: u32,
 
     /// Clients run side by side in every trial (comma-separated) [default: etcd-ha,
-    /// etcd-ha-alone and the three etcd-client ones]. go-clientv3 runs only when named: it needs Go and Debian's
-    /// golang-etcd-server-dev, and is left out with the reason printed when they are missing.
+    /// etcd-ha-alone, the three etcd-client ones and go-clientv3]. go-clientv3 (clientv3 3.6)
+    /// needs Go and the Go module proxy for its first build; go-clientv3-3.4 (not in the
+    /// default run) needs Debian's golang-etcd-server-dev. A Go client named here that cannot
+    /// be built stops the run; in the default run it is left out with the reason printed and
+    /// recorded in the report.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub clients: Vec<ClientKind>,
 
@@ -76,10 +80,44 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 
-    /// Your own cluster's client URLs (comma-separated), instead of local clusters. Plain
-    /// http only; the benchmark's keys (under etcd-ha-bench/) are deleted after each trial.
+    /// The etcd server of the local clusters: 3.4.23 (Debian's package, scripts/etcd-3.4.sh),
+    /// 3.5.1 (the testkit's own), or any other release built from its Go modules by
+    /// scripts/etcd-go.sh (3.5.35, 3.6.16, 3.7.3, ...; the first build takes minutes) [default:
+    /// $ETCD_BIN, then etcd on PATH, then the testkit's 3.5.1]. The version that ran is in the
+    /// table headers, report.md and the JSON.
+    #[arg(long, conflicts_with = "endpoints")]
+    pub etcd_version: Option<String>,
+
+    /// Your own cluster's client URLs (comma-separated), instead of local clusters: http, or
+    /// https with --cacert/--cert/--key; the benchmark's keys (under etcd-ha-bench/) are
+    /// deleted after each trial.
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<String>,
+
+    /// PEM file of the CA that signed your members' certificates (TLS, for every client;
+    /// without it, https endpoints are verified against the system's roots). Verification is
+    /// always on, and every endpoint must then be https.
+    #[arg(long, requires = "endpoints")]
+    pub cacert: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS, for every client (with --key).
+    #[arg(long, requires_all = ["endpoints", "key"])]
+    pub cert: Option<PathBuf>,
+
+    /// PEM private key of --cert.
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
+
+    /// etcd user every client authenticates as (https endpoints only: the password never
+    /// crosses http).
+    #[arg(long, requires = "endpoints")]
+    pub user: Option<String>,
+
+    /// The user's password; better in $ETCD_HA_BENCH_PASSWORD, out of the shell's history and
+    /// the process list. Never printed, logged or written into the report. Ignored without
+    /// --user (so an exported variable does not get in the way of a local run).
+    #[arg(long, env = PASSWORD_ENV, hide_env_values = true, value_parser = parse_secret)]
+    pub password: Option<Secret>,
 
     /// Shell command run at the fault instant against --endpoints (with
     /// $ETCD_HA_BENCH_LEADER and $ETCD_HA_BENCH_ENDPOINTS set); the clocks start when it exits.
@@ -103,9 +141,25 @@ pub enum Format {
     Markdown,
 }
 
+/// A password as clap holds it: `Debug` (of [`Args`], say) shows `<redacted>`.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Any text is a password.
+fn parse_secret(text: &str) -> Result<Secret, String> {
+    Ok(Secret(text.to_string()))
+}
+
 impl Args {
-    /// The plan these arguments ask for.
-    pub fn plan(&self) -> Plan {
+    /// The plan these arguments ask for; errors if the access settings contradict the
+    /// endpoints (see [`Access::new`]).
+    pub fn plan(&self) -> Result<Plan, String> {
         let faults = if self.endpoints.is_empty() {
             let scenarios = if self.all {
                 Scenario::ALL.to_vec()
@@ -116,14 +170,24 @@ impl Args {
             };
             scenarios.into_iter().map(Fault::Local).collect()
         } else {
+            let tls = TlsFiles {
+                ca: self.cacert.clone(),
+                cert: self.cert.clone(),
+                key: self.key.clone(),
+            };
+            let user = self.user.clone().map(|name| {
+                let password = self.password.clone().map(|p| p.0).unwrap_or_default();
+                (name, password)
+            });
             vec![Fault::External(External {
                 endpoints: self.endpoints.clone(),
+                access: Access::new(&self.endpoints, tls, user)?,
                 fault_cmd: self.fault_cmd.clone(),
                 heal_cmd: self.heal_cmd.clone(),
             })]
         };
         let clients = if self.clients.is_empty() {
-            ClientKind::ALL.to_vec()
+            ClientKind::DEFAULT.to_vec()
         } else {
             dedup(&self.clients)
         };
@@ -136,15 +200,43 @@ impl Args {
                 })
                 .collect(),
         };
-        Plan {
+        Ok(Plan {
             faults,
             clients,
             loads,
             trials: self.trials as usize,
             timing: Timing::new(self.window, self.deadline),
             data_dir: self.data_dir.clone(),
+            etcd: None,
+        })
+    }
+
+    /// True if the clients were named (`--clients`), so that one that cannot run is an error
+    /// rather than a note.
+    pub fn clients_named(&self) -> bool {
+        !self.clients.is_empty()
+    }
+}
+
+/// The command line as typed, for the report, with the value of `--password` replaced: the
+/// report is meant to be shared.
+pub fn redacted_command(args: impl IntoIterator<Item = String>) -> String {
+    let mut out = Vec::new();
+    let mut hide_next = false;
+    for arg in args {
+        if hide_next {
+            out.push("<redacted>".to_string());
+            hide_next = false;
+        } else if arg == "--password" {
+            out.push(arg);
+            hide_next = true;
+        } else if arg.starts_with("--password=") {
+            out.push("--password=<redacted>".to_string());
+        } else {
+            out.push(arg);
         }
     }
+    out.join(" ")
 }
 
 /// `items` without repeats, in first-seen order.
@@ -194,21 +286,65 @@ mod tests {
     #[test]
     fn defaults_are_the_default_scenarios_and_every_client_once() {
         let args = Args::parse_from(["failover-bench"]);
-        let plan = args.plan();
+        let plan = args.plan().unwrap();
         assert_eq!(plan.faults.len(), Scenario::DEFAULT.len());
-        assert_eq!(plan.clients, ClientKind::ALL.to_vec());
+        assert_eq!(plan.clients, ClientKind::DEFAULT.to_vec());
         assert_eq!(plan.loads, vec![Load::Closed { concurrency: 1 }]);
         assert_eq!(plan.trials, 3);
     }
 
     #[test]
     fn all_is_every_scenario_in_order() {
-        let plan = Args::parse_from(["failover-bench", "--all"]).plan();
+        let plan = Args::parse_from(["failover-bench", "--all"])
+            .plan()
+            .unwrap();
         let names: Vec<_> = plan.faults.iter().map(|f| f.name()).collect();
         let every: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
         assert_eq!(names, every);
         assert_eq!(Scenario::ALL.len(), Scenario::value_variants().len());
         assert!(Args::try_parse_from(["failover-bench", "--all", "leader-kill"]).is_err());
+    }
+
+    #[test]
+    fn the_password_stays_out_of_the_command_and_debug() {
+        let typed = [
+            "failover-bench",
+            "--endpoints",
+            "https://a:2379",
+            "--user",
+            "app",
+            "--password",
+            "pw-7f3e",
+            "--password=pw-7f3e",
+        ];
+        let command = redacted_command(typed.iter().map(|s| s.to_string()));
+        assert!(
+            !command.contains("pw-7f3e") && command.contains("--user app"),
+            "{command}"
+        );
+        let args = Args::parse_from(&typed[..7]);
+        let shown = format!("{args:?}");
+        assert!(
+            !shown.contains("pw-7f3e") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+        // No CA given: https is verified against the system's roots, and the plan is made.
+        let plan = args.plan().unwrap();
+        assert!(!format!("{plan:?}").contains("pw-7f3e"));
+    }
+
+    #[test]
+    fn etcd_version_is_for_local_clusters_only() {
+        let both = [
+            "failover-bench",
+            "--etcd-version",
+            "3.6.16",
+            "--endpoints",
+            "http://a:1",
+        ];
+        assert!(Args::try_parse_from(both).is_err());
+        let args = Args::parse_from(["failover-bench", "--etcd-version", "3.6.16"]);
+        assert_eq!(args.etcd_version.as_deref(), Some("3.6.16"));
     }
 
     #[test]

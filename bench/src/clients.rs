@@ -12,8 +12,12 @@
 //! - `etcd-client-tuned`: what a careful user of etcd-client configures (see [`tuned_options`]).
 //! - `etcd-client-tuned-retry`: the tuned client inside the retry loop a careful application
 //!   writes around it (see [`crate::retry`]).
-//! - `go-clientv3`: etcd's own Go client, when Go and clientv3's sources are installed (see
-//!   [`crate::goclient`]); skipped with the reason printed otherwise.
+//! - `go-clientv3`: etcd's own Go client, clientv3 3.6, when Go is installed (see
+//!   [`crate::goclient`]).
+//! - `go-clientv3-3.4` (only when named): clientv3 3.4 from Debian's sources.
+//!
+//! With `--endpoints`, every one of them connects with the same TLS files and user
+//! ([`Access`]).
 
 use std::time::Duration;
 
@@ -22,7 +26,8 @@ use serde::Serialize;
 
 use tokio::time::Instant;
 
-use crate::goclient::GoClient;
+use crate::access::Access;
+use crate::goclient::{self, Driver, GoClient};
 use crate::leadership::Held;
 use crate::lease::Kept;
 use crate::retry::{self, Op};
@@ -43,14 +48,18 @@ pub enum ClientKind {
     EtcdClientTuned,
     /// The tuned `etcd-client` inside an application's retry loop.
     EtcdClientTunedRetry,
-    /// etcd's Go client, clientv3, through a driver process (optional: needs Go).
+    /// etcd's Go client, clientv3 3.6, through a driver process (needs Go).
     GoClientv3,
+    /// etcd's Go client as it was in 3.4 (Debian's sources), through the same driver.
+    #[value(name = "go-clientv3-3.4")]
+    #[serde(rename = "go-clientv3-3.4")]
+    GoClientv3Legacy,
 }
 
 impl ClientKind {
-    /// The clients of a run that names none, in the order the report lists them (Go's
-    /// clientv3 only where Go and its sources are installed: see [`crate::goclient`]).
-    pub const ALL: [ClientKind; 6] = [
+    /// The clients of a run that names none, in the order the report lists them
+    /// (`go-clientv3-3.4` runs only when named).
+    pub const DEFAULT: [ClientKind; 6] = [
         ClientKind::EtcdHa,
         ClientKind::EtcdHaAlone,
         ClientKind::EtcdClientDefault,
@@ -76,6 +85,16 @@ impl ClientKind {
             ClientKind::EtcdClientTuned => "etcd-client-tuned",
             ClientKind::EtcdClientTunedRetry => "etcd-client-tuned-retry",
             ClientKind::GoClientv3 => "go-clientv3",
+            ClientKind::GoClientv3Legacy => "go-clientv3-3.4",
+        }
+    }
+
+    /// The Go driver this client runs in, if it is a Go client.
+    pub fn go_driver(self) -> Option<Driver> {
+        match self {
+            ClientKind::GoClientv3 => Some(Driver::Current),
+            ClientKind::GoClientv3Legacy => Some(Driver::Debian34),
+            _ => None,
         }
     }
 
@@ -95,11 +114,20 @@ impl ClientKind {
                 tuned_description(),
                 retry::describe(retry::attempt_timeout(deadline))
             ),
-            ClientKind::GoClientv3 => format!(
-                "clientv3 3.4 (Go): DialTimeout 2s, DialKeepAliveTime 5s, DialKeepAliveTimeout \
-                 1s, a {}ms context per call; its own balancer and retry interceptor",
-                deadline.as_millis()
-            ),
+            ClientKind::GoClientv3 | ClientKind::GoClientv3Legacy => {
+                let driver = self.go_driver().expect("a Go client");
+                let version = goclient::version(driver).unwrap_or_else(|| "(not built)".into());
+                let balancer = match driver {
+                    Driver::Current => "gRPC's round-robin balancer",
+                    Driver::Debian34 => "its own balancer",
+                };
+                format!(
+                    "clientv3 {version} (Go): DialTimeout 2s, DialKeepAliveTime 5s, \
+                     DialKeepAliveTimeout 1s, a {}ms context per call; {balancer} and its \
+                     retry interceptor",
+                    deadline.as_millis()
+                )
+            }
         }
     }
 }
@@ -272,19 +300,20 @@ impl BenchClient {
     pub async fn connect(
         kind: ClientKind,
         endpoints: &[String],
+        access: &Access,
         prefix: &str,
         deadline: Duration,
     ) -> Result<Connected, String> {
         let mut ha = None;
         let (client, watch, lease, leadership) = match kind {
             ClientKind::EtcdHaAlone => {
-                let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
+                let client = etcd_ha::Client::connect(endpoints, access.ha_options())
                     .await
                     .map_err(|e| format!("etcd-ha could not connect: {e}"))?;
                 (BenchClient::Ha(client.kv()), None, None, None)
             }
             ClientKind::EtcdHa => {
-                let client = etcd_ha::Client::connect(endpoints, etcd_ha::Options::default())
+                let client = etcd_ha::Client::connect(endpoints, access.ha_options())
                     .await
                     .map_err(|e| format!("etcd-ha could not connect: {e}"))?;
                 let lease = LeaseHandle::Ha(client.keeper());
@@ -303,6 +332,7 @@ impl BenchClient {
             | ClientKind::EtcdClientTuned
             | ClientKind::EtcdClientTunedRetry => {
                 let options = (kind != ClientKind::EtcdClientDefault).then(tuned_options);
+                let options = access.ec_options(options);
                 let client = etcd_client::Client::connect(endpoints, options)
                     .await
                     .map_err(|e| format!("etcd-client could not connect: {e}"))?;
@@ -332,8 +362,9 @@ impl BenchClient {
                     (client, Some(watch), Some(lease), Some(leadership))
                 }
             }
-            ClientKind::GoClientv3 => {
-                let client = GoClient::start(endpoints, deadline).await?;
+            ClientKind::GoClientv3 | ClientKind::GoClientv3Legacy => {
+                let driver = kind.go_driver().expect("a Go client");
+                let client = GoClient::start(driver, endpoints, access, deadline).await?;
                 (
                     BenchClient::Go(client.clone()),
                     Some(WatchHandle::Go(client.clone())),

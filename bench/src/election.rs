@@ -13,7 +13,8 @@ use etcd_ha::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use futures_util::future::join_all;
 use serde::Serialize;
 use tokio::time::{Instant, MissedTickBehavior};
-use tonic::transport::Endpoint;
+
+use crate::access::Access;
 
 /// Time between two polling rounds: 50 ms, the resolution of the reported time; an etcd
 /// election takes 1-2 s with its default timings.
@@ -68,6 +69,7 @@ pub struct Reelection {
 /// Polls the members at `urls` from `since` (the moment of the fault) until one satisfies
 /// `rule` or `give_up` passes.
 pub async fn measure(
+    access: Access,
     urls: Vec<String>,
     rule: Rule,
     since: Instant,
@@ -77,7 +79,7 @@ pub async fn measure(
     rounds.set_missed_tick_behavior(MissedTickBehavior::Delay);
     while Instant::now() < give_up {
         rounds.tick().await;
-        let leaders = join_all(urls.iter().map(|url| leader_seen_by(url))).await;
+        let leaders = join_all(urls.iter().map(|url| leader_seen_by(&access, url))).await;
         let found = leaders
             .into_iter()
             .flatten()
@@ -91,8 +93,8 @@ pub async fn measure(
 }
 
 /// The leader id that the member at `url` reports, or `None` if it does not answer in time.
-async fn leader_seen_by(url: &str) -> Option<u64> {
-    status_of(url).await.map(|status| status.leader)
+async fn leader_seen_by(access: &Access, url: &str) -> Option<u64> {
+    status_of(access, url).await.map(|status| status.leader)
 }
 
 /// What a member says of itself in a Status call.
@@ -107,17 +109,14 @@ pub struct NodeStatus {
 }
 
 /// The Status of the member at `url`, or `None` if it does not answer within
-/// [`POLL_TIMEOUT`].
-pub async fn status_of(url: &str) -> Option<NodeStatus> {
-    let endpoint = Endpoint::from_shared(url.to_string())
-        .ok()?
-        .connect_timeout(POLL_TIMEOUT)
-        .timeout(POLL_TIMEOUT);
+/// [`POLL_TIMEOUT`]. With auth on, etcd 3.6 answers Status only with a token: the run's shared
+/// one goes with it (see [`Access::channel`]).
+pub async fn status_of(access: &Access, url: &str) -> Option<NodeStatus> {
     let call = async {
-        let channel = endpoint.connect().await.ok()?;
-        let status = MaintenanceClient::new(channel)
-            .status(StatusRequest {})
-            .await
+        let channel = access.channel(url, POLL_TIMEOUT).await.ok()?;
+        let mut maintenance = MaintenanceClient::new(channel);
+        let status = access
+            .check(maintenance.status(StatusRequest {}).await)
             .ok()?;
         let status = status.into_inner();
         Some(NodeStatus {

@@ -1,17 +1,26 @@
-//! etcd's Go client (clientv3) as a benchmark client, when a Go toolchain and clientv3's
-//! sources are on the machine: a small Go driver (`bench/go/`) runs one shared clientv3 client
-//! and takes one command per line, so calls, watches and leases of the trial run in it exactly
-//! as they would in a Go service, while the trial times them from here.
+//! etcd's Go client (clientv3) as a benchmark client: a small Go driver (`bench/go/`) runs one
+//! shared clientv3 client and takes one command per line, so calls, watches and leases of the
+//! trial run in it exactly as they would in a Go service, while the trial times them from here.
 //!
-//! The driver is built offline in GOPATH mode against Debian's `golang-go` and
-//! `golang-etcd-server-dev` (clientv3 3.4.23 and its dependencies under `/usr/share/gocode`):
+//! Two drivers speak the same line protocol:
+//!
+//! - [`Driver::Current`] (`go-clientv3`, in the default run): clientv3 3.6
+//!   (`go.etcd.io/etcd/client/v3`, what Go services use today: gRPC's own round-robin
+//!   balancer, the 3.5+ retry interceptor), built in module mode from `bench/go/clientv3/`,
+//!   whose committed `go.mod` and `go.sum` pin every module. The first build fetches them
+//!   from the Go module proxy into `target/go-clientv3/mod` and takes a minute or two; Go's
+//!   build cache (`target/go-clientv3/cache`) makes later ones take about a second.
+//! - [`Driver::Debian34`] (`go-clientv3-3.4`, only when named): clientv3 3.4.23, built offline
+//!   in GOPATH mode from `bench/go/src/` against Debian's `golang-etcd-server-dev` (its sources
+//!   under `/usr/share/gocode`), for comparison with the client most deployments ran until 3.5.
 //!
 //! ```text
-//! apt-get install golang-go golang-etcd-server-dev    # then go-clientv3 joins the run
+//! go version                                          # Go 1.26+: go-clientv3 builds
+//! apt-get install golang-go golang-etcd-server-dev    # and go-clientv3-3.4 too
 //! ```
 //!
-//! Without them the client is skipped with the reason printed; the rest of the run is the
-//! same. Each call also crosses a pipe both ways and the driver's goroutine scheduling (tens of
+//! A driver that cannot be built is left out with the reason (see the binary for when that
+//! stops the run). Each call also crosses a pipe both ways and the driver's goroutine scheduling (tens of
 //! microseconds), nothing next to the failover gaps and re-election times the report is about;
 //! its steady-state latencies are not comparable with the in-process clients'.
 
@@ -28,6 +37,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::access::Access;
 use crate::clients::ErrorKind;
 use crate::leadership::{Held, Hold};
 use crate::lease::{Kept, Renewal};
@@ -36,55 +46,132 @@ use crate::watch::{Seen, Watched};
 /// Where clientv3 and its dependencies live on Debian (`golang-etcd-server-dev`).
 const SYSTEM_GOPATH: &str = "/usr/share/gocode";
 
-/// The driver's package, under `bench/go/src/`.
-const DRIVER_PACKAGE: &str = "etcdhabench/clientv3driver";
+/// The 3.4 driver's package, under `bench/go/src/`.
+const GOPATH_PACKAGE: &str = "etcdhabench/clientv3driver";
+
+/// The 3.6 driver's module directory, under `bench/`.
+const MODULE_DIR: &str = "go/clientv3";
 
 /// How long the driver may take to start and connect.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The driver built for this run, or why there is none (set once by [`prepare`]).
-static DRIVER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+/// Which clientv3 a driver is built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// clientv3 3.6 from the Go module proxy, as pinned by `bench/go/clientv3/go.mod`.
+    Current,
+    /// clientv3 3.4 from Debian's `golang-etcd-server-dev`, in GOPATH mode.
+    Debian34,
+}
 
-/// Builds the driver (incremental: Go's build cache makes a rebuild take about a second) and
-/// remembers the outcome for [`GoClient::start`]. Returns why Go's client cannot run, if so.
-pub fn prepare() -> Result<(), String> {
-    DRIVER
-        .get_or_init(build)
+/// A driver built for this run: its binary, and the clientv3 version it says it has.
+#[derive(Debug, Clone)]
+struct Built {
+    binary: PathBuf,
+    version: String,
+}
+
+/// The drivers built for this run, or why not (each set once by [`prepare`]).
+static CURRENT: OnceLock<Result<Built, String>> = OnceLock::new();
+static DEBIAN34: OnceLock<Result<Built, String>> = OnceLock::new();
+
+impl Driver {
+    /// Its slot among the built drivers.
+    fn slot(self) -> &'static OnceLock<Result<Built, String>> {
+        match self {
+            Driver::Current => &CURRENT,
+            Driver::Debian34 => &DEBIAN34,
+        }
+    }
+
+    /// The file name of its binary under `target/go-clientv3/`.
+    fn binary_name(self) -> &'static str {
+        match self {
+            Driver::Current => "clientv3driver-3.6",
+            Driver::Debian34 => "clientv3driver-3.4",
+        }
+    }
+}
+
+/// Builds `driver` (incremental: Go's build cache makes a rebuild take about a second) and
+/// remembers the outcome for [`GoClient::start`]. Returns why that Go client cannot run, if so.
+pub fn prepare(driver: Driver) -> Result<(), String> {
+    driver
+        .slot()
+        .get_or_init(|| build(driver))
         .as_ref()
         .map(drop)
         .map_err(Clone::clone)
 }
 
-/// `go build` of the driver into the workspace's `target/go-clientv3/`.
-fn build() -> Result<PathBuf, String> {
-    let bench = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let clientv3 = Path::new(SYSTEM_GOPATH).join("src/go.etcd.io/etcd/clientv3");
-    if !clientv3.is_dir() {
-        return Err(format!(
-            "clientv3's sources are not at {} (apt-get install golang-etcd-server-dev)",
-            clientv3.display()
-        ));
+/// The clientv3 version of `driver` ("3.6.16"), once [`prepare`] built it.
+pub fn version(driver: Driver) -> Option<String> {
+    match driver.slot().get() {
+        Some(Ok(built)) => Some(built.version.clone()),
+        _ => None,
     }
+}
+
+/// `go build` of `driver` into the workspace's `target/go-clientv3/`, then its `-version`.
+fn build(driver: Driver) -> Result<Built, String> {
+    let bench = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out_dir = bench.join("../target/go-clientv3");
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let binary = out_dir.join("clientv3driver");
-    let gopath = format!("{}:{SYSTEM_GOPATH}", bench.join("go").display());
-    let output = std::process::Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(DRIVER_PACKAGE)
-        .env("GOPATH", gopath)
-        .env("GO111MODULE", "off")
-        .env("GOFLAGS", "")
-        .output()
-        .map_err(|e| format!("no Go toolchain (`go`: {e}; apt-get install golang-go)"))?;
+    let binary = out_dir.join(driver.binary_name());
+    let mut go = std::process::Command::new("go");
+    go.args(["build", "-o"]).arg(&binary);
+    match driver {
+        Driver::Current => {
+            // Module mode in the module's own directory. The module and build caches live in
+            // target/ (a `cargo clean` starts afresh, and nothing lands in the user's GOPATH);
+            // -modcacherw leaves them removable; -mod=readonly makes a go.sum that lacks a
+            // module an error rather than an edit of the committed file.
+            go.arg(".")
+                .current_dir(bench.join(MODULE_DIR))
+                .env("GO111MODULE", "on")
+                .env("GOMODCACHE", out_dir.join("mod"))
+                .env("GOCACHE", out_dir.join("cache"))
+                .env("GOFLAGS", "-modcacherw -mod=readonly -buildvcs=false");
+            // The first build is silent for a minute or two: say why the run waits.
+            eprintln!(
+                "building go-clientv3's driver (bench/{MODULE_DIR}; the first build fetches \
+                 clientv3 from the Go module proxy and takes a minute or two)"
+            );
+        }
+        Driver::Debian34 => {
+            let clientv3 = Path::new(SYSTEM_GOPATH).join("src/go.etcd.io/etcd/clientv3");
+            if !clientv3.is_dir() {
+                return Err(format!(
+                    "clientv3 3.4's sources are not at {} (apt-get install \
+                     golang-etcd-server-dev)",
+                    clientv3.display()
+                ));
+            }
+            let gopath = format!("{}:{SYSTEM_GOPATH}", bench.join("go").display());
+            go.arg(GOPATH_PACKAGE)
+                .env("GOPATH", gopath)
+                .env("GO111MODULE", "off")
+                .env("GOFLAGS", "");
+        }
+    }
+    let output = go.output().map_err(|e| {
+        format!("no Go toolchain (`go`: {e}; install Go 1.26 or later, e.g. from go.dev/dl)")
+    })?;
     if !output.status.success() {
         return Err(format!(
             "the clientv3 driver did not build: {}",
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
-    Ok(binary)
+    let asked = std::process::Command::new(&binary)
+        .arg("-version")
+        .output()
+        .map_err(|e| format!("{}: {e}", binary.display()))?;
+    let version = String::from_utf8_lossy(&asked.stdout).trim().to_string();
+    if !asked.status.success() || version.is_empty() {
+        return Err(format!("{} -version said nothing", binary.display()));
+    }
+    Ok(Built { binary, version })
 }
 
 /// Who waits for the driver's lines about one command.
@@ -115,18 +202,30 @@ struct Inner {
 }
 
 impl GoClient {
-    /// Starts a driver connected to `endpoints`, with `deadline` on every call it makes.
-    pub async fn start(endpoints: &[String], deadline: Duration) -> Result<GoClient, String> {
-        let binary = match DRIVER.get() {
-            Some(Ok(binary)) => binary.clone(),
+    /// Starts `driver` connected to `endpoints` through `access` (TLS flags, and the password
+    /// in its environment, never its arguments), with `deadline` on every call it makes.
+    pub async fn start(
+        driver: Driver,
+        endpoints: &[String],
+        access: &Access,
+        deadline: Duration,
+    ) -> Result<GoClient, String> {
+        let binary = match driver.slot().get() {
+            Some(Ok(built)) => built.binary.clone(),
             Some(Err(why)) => return Err(why.clone()),
             None => return Err("the clientv3 driver was not prepared".into()),
         };
-        let mut child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("--endpoints")
             .arg(endpoints.join(","))
             .arg("--deadline")
             .arg(format!("{}ms", deadline.as_millis()))
+            .args(access.go_args());
+        if let Some((name, password)) = access.go_env() {
+            command.env(name, password);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -357,6 +456,15 @@ async fn dispatch(output: impl tokio::io::AsyncBufRead + Unpin, waiters: Waiters
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The two drivers share their access code as two copies of one file (GOPATH and module
+    /// mode cannot share a package); a fix to one must reach the other.
+    #[test]
+    fn both_drivers_share_one_access_file() {
+        let current = include_str!("../go/clientv3/access.go");
+        let debian = include_str!("../go/src/etcdhabench/clientv3driver/access.go");
+        assert_eq!(current, debian);
+    }
 
     /// The driver's lines reach the right waiters: a call's one answer, a stream's lines up to
     /// its `end`, after which its waiter is gone; lines for nobody are dropped.

@@ -19,7 +19,8 @@ use etcd_ha::proto::etcdserverpb::LeaseTimeToLiveRequest;
 use etcd_ha::proto::etcdserverpb::lease_client::LeaseClient;
 use serde::Serialize;
 use tokio::time::Instant;
-use tonic::transport::Endpoint;
+
+use crate::access::Access;
 
 /// The lease's TTL: 5 s, a common choice for service registration and leader keys; long
 /// enough to outlive an election (1-2 s) if renewals resume at once, short enough that one
@@ -214,18 +215,14 @@ pub async fn renew_ec(
 pub const LEASE_GONE: &str = "etcd says the lease is gone";
 
 /// True if lease `id` no longer exists, asked of the first of `urls` that answers.
-pub async fn is_gone(urls: &[String], id: i64) -> Option<bool> {
+pub async fn is_gone(access: &Access, urls: &[String], id: i64) -> Option<bool> {
     for url in urls {
         let call = async {
-            let channel = Endpoint::from_shared(url.to_string())
-                .ok()?
-                .connect()
-                .await
-                .ok()?;
+            let channel = access.channel(url, CHECK_TIMEOUT).await.ok()?;
             let request = LeaseTimeToLiveRequest { id, keys: false };
-            let answer = LeaseClient::new(channel)
-                .lease_time_to_live(request)
-                .await
+            let mut leases = LeaseClient::new(channel);
+            let answer = access
+                .check(leases.lease_time_to_live(request).await)
                 .ok()?;
             Some(answer.into_inner().ttl <= 0)
         };

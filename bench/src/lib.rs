@@ -9,18 +9,23 @@
 //!     --concurrency 1,16,256                   # planned maintenance (also in --all)
 //! scripts/failover-bench --endpoints http://a:2379,http://b:2379,http://c:2379 \
 //!     --fault-cmd 'ssh a systemctl kill etcd' --heal-cmd 'ssh a systemctl start etcd'
+//! scripts/failover-bench leader-kill --etcd-version 3.6.16   # another etcd server
+//! ETCD_HA_BENCH_PASSWORD=... scripts/failover-bench --endpoints https://a:2379,https://b:2379 \
+//!     --cacert ca.pem --cert client.pem --key client-key.pem --user app
 //! ```
 //!
 //! # Layout
 //!
 //! ```text
 //! cli.rs          the command line (clap) and the plan it asks for
+//! access.rs       a user's cluster: TLS files and user, for every client and the bench's own calls
+//! server.rs       --etcd-version: the etcd binary of the local clusters, found or built
 //! plan.rs         timings, and the run: every fault x load x trial, in order
 //! site.rs         where a trial runs: a fresh local cluster, or the user's with shell hooks
 //! scenario.rs     the local faults: whom they hit, the script, how re-election is judged
 //! trial.rs        one trial end to end: clients, loops, fault, re-election clock, read-back
 //! clients.rs      the clients behind one put/get/watch/lease interface
-//! goclient.rs     etcd's Go client through a driver process (bench/go/), when Go is installed
+//! goclient.rs     etcd's Go client (clientv3 3.6; 3.4 when named) through a driver (bench/go/)
 //! retry.rs        the retry loop a careful application writes around etcd-client
 //! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
 //! election.rs     the cluster's own re-election time, from Status polls
@@ -42,6 +47,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod cli;
 pub mod clients;
 pub mod election;
@@ -55,6 +61,7 @@ pub mod progress;
 pub mod report;
 pub mod retry;
 pub mod scenario;
+pub mod server;
 pub mod site;
 pub mod stats;
 pub mod trial;

@@ -72,6 +72,18 @@ pub struct Plan {
     pub timing: Timing,
     /// Where local clusters keep their data; `None`: the system's temp dir.
     pub data_dir: Option<std::path::PathBuf>,
+    /// The etcd server of the local clusters (`--etcd-version`); `None`: the testkit's choice
+    /// (`ETCD_BIN`, `PATH`, its 3.5.1).
+    pub etcd: Option<EtcdServer>,
+}
+
+/// The etcd server a run asked for by version, and the binary that provides it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EtcdServer {
+    /// The version asked for (`--etcd-version`), which the binary was checked to report.
+    pub version: String,
+    /// The binary.
+    pub binary: std::path::PathBuf,
 }
 
 impl Plan {
@@ -135,6 +147,7 @@ pub async fn execute(plan: &Plan, progress: &Progress) -> Vec<ScenarioRun> {
                     load,
                     timing: plan.timing,
                     data_dir: plan.data_dir.as_deref(),
+                    etcd_bin: plan.etcd.as_ref().map(|e| e.binary.as_path()),
                     trial: n,
                     key_root,
                 };

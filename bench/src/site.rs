@@ -12,17 +12,24 @@ use etcd_ha::testkit::FaultProxy;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
+use crate::access::Access;
 use crate::election::{self, Rule};
 use crate::scenario::{Rig, Scenario};
 
 /// How long a fresh local cluster may take to agree on a leader.
 const LEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the benchmark's own Authenticate may take on a user's cluster: 5 s, room for a
+/// bcrypt of etcd's default cost on a loaded member.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The user's cluster and the commands that hurt and heal it.
 #[derive(Debug, Clone)]
 pub struct External {
     /// Client URLs of its members.
     pub endpoints: Vec<String>,
+    /// TLS and the user, for every client and the benchmark's own calls.
+    pub access: Access,
     /// Shell command run at the fault instant; `None` for a run without a fault.
     pub fault_cmd: Option<String>,
     /// Shell command run at the heal instant; `None` for a fault that stays.
@@ -68,8 +75,9 @@ impl Fault {
                 None => scenario.describe(hold),
             },
             Fault::External(e) => format!(
-                "your cluster ({}); fault: {}; heal after {:.1} s: {}",
+                "your cluster ({}; {}); fault: {}; heal after {:.1} s: {}",
                 e.endpoints.join(","),
+                e.access.describe(),
                 e.fault_cmd.as_deref().unwrap_or("none"),
                 hold.as_secs_f64(),
                 e.heal_cmd.as_deref().unwrap_or("none (the fault stays)")
@@ -88,6 +96,8 @@ pub struct Site {
     pub client_endpoints: Vec<String>,
     /// The etcd version the members run.
     pub etcd_version: String,
+    /// How every client reaches the members (TLS, user); none for a local cluster.
+    pub access: Access,
     /// Name of the leader before the fault.
     pub old_leader: String,
     /// Name of the member the fault hits ("all" for every one, "?" for a user's command).
@@ -113,10 +123,15 @@ enum SiteKind {
 }
 
 impl Site {
-    /// Prepares a trial: starts a fresh cluster (local) or finds the leader (external).
-    pub async fn prepare(fault: &Fault, data_dir: Option<&Path>) -> Result<Site, String> {
+    /// Prepares a trial: starts a fresh cluster (local; of `etcd_bin` if given, else the
+    /// testkit's etcd) or finds the leader (external).
+    pub async fn prepare(
+        fault: &Fault,
+        data_dir: Option<&Path>,
+        etcd_bin: Option<&Path>,
+    ) -> Result<Site, String> {
         match fault {
-            Fault::Local(scenario) => prepare_local(*scenario, data_dir).await,
+            Fault::Local(scenario) => prepare_local(*scenario, data_dir, etcd_bin).await,
             Fault::External(hooks) => prepare_external(hooks.clone()).await,
         }
     }
@@ -181,11 +196,18 @@ impl Site {
 
 /// A fresh local cluster for `scenario`, its leader, and a proxy in front of the target if the
 /// scenario needs one.
-async fn prepare_local(scenario: Scenario, data_dir: Option<&Path>) -> Result<Site, String> {
+async fn prepare_local(
+    scenario: Scenario,
+    data_dir: Option<&Path>,
+    etcd_bin: Option<&Path>,
+) -> Result<Site, String> {
     let text = |e: etcd_ha::testkit::TestkitError| e.to_string();
     let mut builder = scenario.builder();
     if let Some(dir) = data_dir {
         builder = builder.data_dir_in(dir);
+    }
+    if let Some(etcd) = etcd_bin {
+        builder = builder.etcd_bin(etcd);
     }
     let cluster = builder.start().await.map_err(text)?;
     let leader = cluster.leader(LEADER_TIMEOUT).await.map_err(text)?;
@@ -213,6 +235,7 @@ async fn prepare_local(scenario: Scenario, data_dir: Option<&Path>) -> Result<Si
         .collect();
     Ok(Site {
         etcd_version: cluster.etcd_version().to_string(),
+        access: Access::none(),
         old_leader: cluster.member_name(leader).to_string(),
         target: target.map_or_else(|| "all".to_string(), |i| cluster.member_name(i).to_string()),
         rule: scenario.rule(leader_id),
@@ -230,7 +253,18 @@ async fn prepare_local(scenario: Scenario, data_dir: Option<&Path>) -> Result<Si
 
 /// The user's cluster as it is now: every member's Status, the leader and its URL.
 async fn prepare_external(hooks: External) -> Result<Site, String> {
-    let statuses = join_all(hooks.endpoints.iter().map(|u| election::status_of(u))).await;
+    hooks
+        .access
+        .authenticate(&hooks.endpoints, AUTH_TIMEOUT)
+        .await?;
+    let access = &hooks.access;
+    let statuses = join_all(
+        hooks
+            .endpoints
+            .iter()
+            .map(|u| election::status_of(access, u)),
+    )
+    .await;
     let mut names = Vec::new();
     let (mut leader_url, mut leader_id, mut version) = (None, 0, String::new());
     for (url, status) in hooks.endpoints.iter().zip(&statuses) {
@@ -251,6 +285,7 @@ async fn prepare_external(hooks: External) -> Result<Site, String> {
         endpoints: hooks.endpoints.clone(),
         client_endpoints: hooks.endpoints.clone(),
         etcd_version: version,
+        access: hooks.access.clone(),
         old_leader: leader_url.clone(),
         target: "(your fault command)".to_string(),
         rule: hooks

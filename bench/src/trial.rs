@@ -105,6 +105,8 @@ pub struct TrialSpec<'a> {
     pub timing: Timing,
     /// Where a local cluster keeps its data; `None`: the system's temp dir.
     pub data_dir: Option<&'a std::path::Path>,
+    /// The etcd binary of a local cluster (`--etcd-version`); `None`: the testkit's.
+    pub etcd_bin: Option<&'a std::path::Path>,
     /// Its number, 1-based.
     pub trial: usize,
     /// Where its keys go: `<root><client>/` (unique per trial on a user's cluster).
@@ -122,20 +124,25 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
         Timing::new(window, asked.deadline)
     };
     progress.phase("preparing the cluster");
-    let mut site = Site::prepare(spec.fault, spec.data_dir).await?;
+    let mut site = Site::prepare(spec.fault, spec.data_dir, spec.etcd_bin).await?;
     let prefix = |kind: ClientKind| format!("{}{}/", spec.key_root, kind.name());
 
     progress.phase("connecting the clients");
-    let connected = join_all(spec.clients.iter().map(|&kind| {
-        let endpoints = &site.client_endpoints;
-        let prefix = prefix(kind);
-        async move { BenchClient::connect(kind, endpoints, &prefix, timing.deadline).await }
-    }))
-    .await;
+    let connected =
+        join_all(
+            spec.clients.iter().map(|&kind| {
+                let (endpoints, access) = (&site.client_endpoints, &site.access);
+                let prefix = prefix(kind);
+                async move {
+                    BenchClient::connect(kind, endpoints, access, &prefix, timing.deadline).await
+                }
+            }),
+        )
+        .await;
 
     // The watch probe's neutral writer: an etcd-ha client of its own, so that no client under
     // test writes what the watchers are judged on.
-    let writer = etcd_ha::Client::connect(&site.client_endpoints, etcd_ha::Options::default())
+    let writer = etcd_ha::Client::connect(&site.client_endpoints, site.access.ha_options())
         .await
         .map_err(|e| format!("the watch probe's writer could not connect: {e}"))?;
 
@@ -201,8 +208,10 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
     // exited), so that no call that slipped in just before counts as a success "after" it.
     let injected = Instant::now();
     let poller = site.rule.map(|rule| {
-        let watched = site.watched.clone();
-        tokio::spawn(election::measure(watched, rule, injected, window_end))
+        let (access, watched) = (site.access.clone(), site.watched.clone());
+        tokio::spawn(election::measure(
+            access, watched, rule, injected, window_end,
+        ))
     });
     let follow_up = match injected_ok {
         Ok(()) => {
@@ -281,7 +290,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
             let keeper = kept.next().expect("one keeper entry per connected client");
             if let Some(keeper) = keeper {
                 let gone = match keeper.lease_id {
-                    Some(id) => crate::lease::is_gone(&site.endpoints, id).await,
+                    Some(id) => crate::lease::is_gone(&site.access, &site.endpoints, id).await,
                     None => None,
                 };
                 lease = Some(crate::lease::evaluate(keeper, phases.fault_us, gone));
@@ -301,7 +310,8 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
             }
             let puts = loops.iter().find(|l| l.kind == LoopKind::Put);
             let puts = &puts.expect("a put loop").samples;
-            read_back = verify::check(&site.endpoints, &prefix(kind), kind.name(), puts).await;
+            let (access, endpoints) = (&site.access, &site.endpoints);
+            read_back = verify::check(access, endpoints, &prefix(kind), kind.name(), puts).await;
         }
         clients.push(ClientTrial {
             client: kind,
@@ -314,7 +324,7 @@ pub async fn run(spec: TrialSpec<'_>, progress: &Progress) -> Result<TrialRecord
         });
     }
     if site.is_external() {
-        verify::delete_prefix(&site.endpoints, &spec.key_root).await;
+        verify::delete_prefix(&site.access, &site.endpoints, &spec.key_root).await;
     }
     Ok(TrialRecord {
         trial: spec.trial,

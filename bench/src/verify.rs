@@ -15,8 +15,8 @@ use std::time::Duration;
 use etcd_ha::proto::etcdserverpb::kv_client::KvClient;
 use etcd_ha::proto::etcdserverpb::{DeleteRangeRequest, RangeRequest};
 use serde::Serialize;
-use tonic::transport::Endpoint;
 
+use crate::access::Access;
 use crate::workload::{Sample, put_key, put_value};
 
 /// Bound on the read-back from one member; a few thousand small keys take milliseconds.
@@ -60,6 +60,7 @@ impl Correctness {
 /// Reads back `<prefix>put/` from the first of `urls` that answers and checks it against the
 /// put loop's `samples`.
 pub async fn check(
+    access: &Access,
     urls: &[String],
     prefix: &str,
     client_name: &str,
@@ -69,7 +70,7 @@ pub async fn check(
     let mut read_error = String::from("no member to read from");
     let mut stored = None;
     for url in urls {
-        match read_prefix(url, &range_prefix).await {
+        match read_prefix(access, url, &range_prefix).await {
             Ok(kvs) => {
                 stored = Some(kvs);
                 break;
@@ -138,22 +139,21 @@ fn compare(
 }
 
 /// Every key under `prefix` on the member at `url`, with value and version.
-async fn read_prefix(url: &str, prefix: &str) -> Result<BTreeMap<Vec<u8>, Stored>, String> {
+async fn read_prefix(
+    access: &Access,
+    url: &str,
+    prefix: &str,
+) -> Result<BTreeMap<Vec<u8>, Stored>, String> {
     let call = async {
-        let channel = Endpoint::from_shared(url.to_string())
-            .map_err(|e| e.to_string())?
-            .connect()
-            .await
-            .map_err(|e| e.to_string())?;
+        let channel = access.channel(url, READ_TIMEOUT).await?;
         let request = RangeRequest {
             key: prefix.as_bytes().to_vec(),
             range_end: etcd_ha::prefix_end(prefix.as_bytes()),
             ..RangeRequest::default()
         };
-        let response = KvClient::new(channel)
-            .max_decoding_message_size(64 << 20)
-            .range(request)
-            .await
+        let mut kv = KvClient::new(channel).max_decoding_message_size(64 << 20);
+        let response = access
+            .check(kv.range(request).await)
             .map_err(|status| format!("{:?}: {}", status.code(), status.message()))?
             .into_inner();
         Ok(response
@@ -175,23 +175,18 @@ async fn read_prefix(url: &str, prefix: &str) -> Result<BTreeMap<Vec<u8>, Stored
 
 /// Deletes every key under `prefix` through the first of `urls` that answers: a trial on a
 /// user's cluster leaves nothing behind. A failure is reported on stderr and otherwise ignored.
-pub async fn delete_prefix(urls: &[String], prefix: &str) {
+pub async fn delete_prefix(access: &Access, urls: &[String], prefix: &str) {
     let mut last_error = String::from("no member answered");
     for url in urls {
         let call = async {
-            let channel = Endpoint::from_shared(url.to_string())
-                .map_err(|e| e.to_string())?
-                .connect()
-                .await
-                .map_err(|e| e.to_string())?;
+            let channel = access.channel(url, READ_TIMEOUT).await?;
             let request = DeleteRangeRequest {
                 key: prefix.as_bytes().to_vec(),
                 range_end: etcd_ha::prefix_end(prefix.as_bytes()),
                 ..DeleteRangeRequest::default()
             };
-            KvClient::new(channel)
-                .delete_range(request)
-                .await
+            access
+                .check(KvClient::new(channel).delete_range(request).await)
                 .map_err(|status| format!("{:?}: {}", status.code(), status.message()))
         };
         match tokio::time::timeout(READ_TIMEOUT, call).await {

@@ -377,17 +377,27 @@ impl Transport {
         }
     }
 
-    /// The members that lately answered they do not have `rpc`'s method.
+    /// The members that lately answered they do not have `rpc`'s method, or whose version
+    /// says so (see [`lacks_by_version`]).
     pub(crate) fn refusing(&self, rpc: Rpc) -> Vec<Arc<str>> {
-        if !self.any_unimplemented.load(Ordering::Relaxed) {
-            return Vec::new();
+        let mut refusing = if self.any_unimplemented.load(Ordering::Relaxed) {
+            let mut table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if table.forget_old(now) {
+                self.any_unimplemented.store(false, Ordering::Relaxed);
+            }
+            table.refusing(rpc, now)
+        } else {
+            Vec::new()
+        };
+        if version_gated(rpc) {
+            for ep in self.balancer.endpoints().iter() {
+                if lacks_by_version(ep, rpc) && !refusing.contains(&ep.url) {
+                    refusing.push(ep.url.clone());
+                }
+            }
         }
-        let mut table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if table.forget_old(now) {
-            self.any_unimplemented.store(false, Ordering::Relaxed);
-        }
-        table.refusing(rpc, now)
+        refusing
     }
 
     /// Whether a call of `rpc` to `target` may find a member with the method: the member
@@ -397,12 +407,12 @@ impl Transport {
         let table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         match target {
-            Target::Member(ep) => table.may_serve(&ep.url, rpc, now),
+            Target::Member(ep) => table.may_serve(&ep.url, rpc, now) && !lacks_by_version(ep, rpc),
             Target::Any | Target::Route(_) => self
                 .balancer
                 .endpoints()
                 .iter()
-                .any(|ep| table.may_serve(&ep.url, rpc, now)),
+                .any(|ep| table.may_serve(&ep.url, rpc, now) && !lacks_by_version(ep, rpc)),
         }
     }
 
@@ -596,4 +606,15 @@ pub(crate) fn wants_login(err: &Error, sent_token: bool) -> bool {
         Error::PermissionDenied => !sent_token,
         _ => false,
     }
+}
+
+/// Whether some member's version may rule out `rpc` (only methods newer than etcd 3.4 are).
+fn version_gated(rpc: Rpc) -> bool {
+    matches!(rpc, Rpc::RangeStream { .. })
+}
+
+/// Whether `ep`'s known version lacks `rpc`'s method: `KV.RangeStream` is etcd 3.7's. An
+/// unknown version is asked (its answer teaches the `unimplemented` table).
+fn lacks_by_version(ep: &Endpoint, rpc: Rpc) -> bool {
+    version_gated(rpc) && ep.version().is_some_and(|v| !v.serves_range_stream())
 }

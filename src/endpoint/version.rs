@@ -119,7 +119,7 @@ impl ServerVersion {
     }
 
     fn unpack(word: u64) -> Option<Self> {
-        (word != 0).then(|| ServerVersion {
+        (word != 0).then_some(ServerVersion {
             major: (word >> 32) as u16,
             minor: (word >> 16) as u16,
             patch: word as u16,

@@ -2,25 +2,66 @@
 //! prints the chosen format on stdout and writes every file under `--out`.
 
 use clap::Parser;
-use etcd_ha_bench::cli::{Args, Format};
-use etcd_ha_bench::clients::ClientKind;
+use etcd_ha_bench::cli::{self, Args, Format};
 use etcd_ha_bench::goclient;
 use etcd_ha_bench::plan;
 use etcd_ha_bench::progress::Progress;
-use etcd_ha_bench::report::{Report, Settings, planned, table};
+use etcd_ha_bench::report::{LeftOut, Report, Settings, planned, table};
+use etcd_ha_bench::server;
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let mut plan = args.plan();
-    // etcd's Go client joins only where Go and clientv3's sources are installed; the driver
-    // is built here, once, before any cluster starts.
-    if plan.clients.contains(&ClientKind::GoClientv3)
-        && let Err(why) = goclient::prepare()
-    {
-        eprintln!("go-clientv3 left out of the run: {why}");
-        plan.clients.retain(|c| *c != ClientKind::GoClientv3);
+    let mut plan = match args.plan() {
+        Ok(plan) => plan,
+        Err(why) => {
+            eprintln!("failover-bench: {why}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    // The server first: building one from its Go modules can take minutes, and a version that
+    // cannot be had stops the run before anything is measured.
+    if let Some(version) = &args.etcd_version {
+        match server::resolve(version) {
+            Ok(etcd) => {
+                eprintln!("etcd {} at {}", etcd.version, etcd.binary.display());
+                plan.etcd = Some(etcd);
+            }
+            Err(why) => {
+                eprintln!("failover-bench: etcd {version}: {why}");
+                return std::process::ExitCode::from(2);
+            }
+        }
     }
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    // etcd's Go clients: each driver is built here, once, before any cluster starts. One the
+    // user named stops the run if it cannot be built; one of the default run is left out,
+    // with the reason on stderr and in the report.
+    let mut left_out = Vec::new();
+    for kind in plan.clients.clone() {
+        let Some(driver) = kind.go_driver() else {
+            continue;
+        };
+        match goclient::prepare(driver) {
+            Ok(()) => {
+                let version = goclient::version(driver).unwrap_or_default();
+                eprintln!("{}: clientv3 {version}", kind.name());
+            }
+            Err(why) if args.clients_named() => {
+                eprintln!("failover-bench: {} cannot run: {why}", kind.name());
+                return std::process::ExitCode::from(2);
+            }
+            Err(why) => {
+                eprintln!("{} LEFT OUT of the run: {why}", kind.name());
+                plan.clients.retain(|c| *c != kind);
+                // One line for the report's tables: a build's whole output is on stderr.
+                let reason = why.lines().next().unwrap_or_default().to_string();
+                left_out.push(LeftOut {
+                    client: kind,
+                    reason,
+                });
+            }
+        }
+    }
+    let command = cli::redacted_command(std::env::args());
     // As many worker threads as cores: the clients compete with the etcd members for them, as
     // they would in a real deployment.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -32,7 +73,7 @@ fn main() -> std::process::ExitCode {
     let scenarios = runtime.block_on(plan::execute(&plan, &progress));
     progress.finish();
     let report = Report {
-        settings: Settings::new(&plan, command),
+        settings: Settings::new(&plan, command, left_out),
         scenarios,
     };
     let written = report.write(&args.out);

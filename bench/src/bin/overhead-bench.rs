@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use etcd_ha::proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
 use etcd_ha::testkit::Cluster;
+use etcd_ha_bench::access::Access;
 use etcd_ha_bench::clients::{BenchClient, ClientKind};
 use etcd_ha_bench::metrics::latency_histogram;
 use hdrhistogram::Histogram;
@@ -276,6 +277,7 @@ async fn run() {
             BenchClient::connect(
                 ClientKind::EtcdClientDefault,
                 &endpoints,
+                &Access::none(),
                 "overhead/etcd-client/",
                 CALL_DEADLINE,
             )

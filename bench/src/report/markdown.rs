@@ -29,9 +29,25 @@ pub fn render(report: &Report, svgs: &[(&str, Load, String)]) -> String {
         t.deadline.as_secs_f64() * 1000.0,
         s.closed_loop_pace_ms
     );
+    if let Some(etcd) = &s.etcd {
+        let _ = writeln!(
+            out,
+            "etcd {} (`--etcd-version`, `{}`).\n",
+            etcd.version,
+            etcd.binary.display()
+        );
+    }
     out.push_str("| client | options |\n|---|---|\n");
     for c in &s.clients {
         let _ = writeln!(out, "| {} | {} |", c.client.name(), c.options);
+    }
+    for gone in &s.left_out {
+        let _ = writeln!(
+            out,
+            "| {} | left out: {} |",
+            gone.client.name(),
+            gone.reason
+        );
     }
     out.push_str(&crate::report::planned::markdown(report));
     for run in &report.scenarios {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::clients::ClientKind;
-use crate::plan::{Plan, ScenarioRun, Timing};
+use crate::plan::{EtcdServer, Plan, ScenarioRun, Timing};
 use crate::workload::PACE;
 
 /// How one client was configured.
@@ -40,11 +40,25 @@ pub struct Settings {
     pub clients: Vec<ClientSetting>,
     /// Where the local clusters kept their data; `None`: the system's temp dir.
     pub data_dir: Option<std::path::PathBuf>,
+    /// The etcd server asked for with `--etcd-version`; `None`: the testkit's choice (each
+    /// trial records the version that ran).
+    pub etcd: Option<EtcdServer>,
+    /// Clients of the default run that could not run here, and why.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// A client left out of the run.
+#[derive(Debug, Serialize)]
+pub struct LeftOut {
+    /// Which client.
+    pub client: ClientKind,
+    /// Why.
+    pub reason: String,
 }
 
 impl Settings {
-    /// The settings of `plan`, run as `command`.
-    pub fn new(plan: &Plan, command: String) -> Self {
+    /// The settings of `plan`, run as `command`, without the clients `left_out`.
+    pub fn new(plan: &Plan, command: String, left_out: Vec<LeftOut>) -> Self {
         Settings {
             command,
             trials: plan.trials,
@@ -59,6 +73,8 @@ impl Settings {
                 })
                 .collect(),
             data_dir: plan.data_dir.clone(),
+            etcd: plan.etcd.clone(),
+            left_out,
         }
     }
 }

@@ -66,6 +66,17 @@ pub fn legend(report: &Report) -> String {
     for c in &report.settings.clients {
         let _ = writeln!(out, "  {}: {}", c.client.name(), c.options);
     }
+    for gone in &report.settings.left_out {
+        let _ = writeln!(out, "  {}: left out: {}", gone.client.name(), gone.reason);
+    }
+    if let Some(etcd) = &report.settings.etcd {
+        let _ = writeln!(
+            out,
+            "etcd {} (--etcd-version): {}",
+            etcd.version,
+            etcd.binary.display()
+        );
+    }
     out
 }
 

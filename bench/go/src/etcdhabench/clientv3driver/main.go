@@ -1,7 +1,8 @@
-// Command clientv3driver runs etcd's Go client (clientv3) for the failover benchmark: the Rust
-// side sends one command per line on stdin and reads one answer per line on stdout, tagged
-// with the command's id, so that any number of calls can be in flight at once (a goroutine
-// each, one shared client, as a Go service would use it).
+// Command clientv3driver runs etcd's Go client (clientv3 3.4, Debian's golang-etcd-server-dev,
+// built in GOPATH mode) for the failover benchmark: the Rust side sends one command per line
+// on stdin and reads one answer per line on stdout, tagged with the command's id, so that any
+// number of calls can be in flight at once (a goroutine each, one shared client, as a Go
+// service would use it).
 //
 // Commands (keys and values never contain spaces):
 //
@@ -14,7 +15,9 @@
 //
 // The client is configured as a careful Go user would: a dial timeout, HTTP/2 keepalive at
 // the shortest interval etcd accepts, and the caller's deadline on every call (a context).
-// Everything else is clientv3's default (its retry interceptor, its balancer).
+// Everything else is clientv3's default (its retry interceptor, its balancer). The same driver
+// for clientv3 3.6 is bench/go/clientv3/, built in module mode; both take -cacert, -cert, -key
+// and -user, with the password in $ETCD_HA_BENCH_PASSWORD (see access.go).
 package main
 
 import (
@@ -32,6 +35,7 @@ import (
 	"go.etcd.io/etcd/clientv3"
 	"go.etcd.io/etcd/clientv3/concurrency"
 	"go.etcd.io/etcd/etcdserver/api/v3rpc/rpctypes"
+	"go.etcd.io/etcd/version"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -75,19 +79,38 @@ func kind(err error) string {
 func main() {
 	endpoints := flag.String("endpoints", "", "comma-separated client URLs")
 	deadline := flag.Duration("deadline", time.Second, "the caller's deadline on every call")
+	cacert := flag.String("cacert", "", "PEM file of the CA that signed the members' certificates")
+	cert := flag.String("cert", "", "PEM client certificate, for mutual TLS")
+	key := flag.String("key", "", "PEM key of -cert")
+	user := flag.String("user", "", "etcd user; its password comes from $"+passwordEnv)
+	showVersion := flag.Bool("version", false, "print the clientv3 version and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(clientVersion())
+		return
+	}
+	urls := strings.Split(*endpoints, ",")
+	a, err := accessFrom(urls, *cacert, *cert, *key, *user)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clientv3driver:", err)
+		os.Exit(1)
+	}
 
 	// clientv3 logs every retry at warn level; the report counts what reaches the caller.
 	logs := zap.NewProductionConfig()
 	logs.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
 	cli, err := clientv3.New(clientv3.Config{
 		LogConfig:            &logs,
-		Endpoints:            strings.Split(*endpoints, ","),
+		Endpoints:            urls,
 		DialTimeout:          2 * time.Second,
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: time.Second,
+		TLS:                  a.tls,
+		Username:             a.user,
+		Password:             a.password,
 	})
 	if err != nil {
+		// clientv3's errors name the endpoint and the cause, never the password.
 		fmt.Fprintln(os.Stderr, "clientv3.New:", err)
 		os.Exit(1)
 	}
@@ -105,6 +128,12 @@ func main() {
 		id, args := f[0], f[1:]
 		go run(cli, *deadline, id, args)
 	}
+}
+
+// clientVersion is the version of the clientv3 sources this binary was built from ("3.4.23"):
+// a GOPATH build records no module versions, so it is etcd's own version constant.
+func clientVersion() string {
+	return version.Version
 }
 
 // run carries out one command and answers it.
