@@ -83,8 +83,8 @@ pub struct Args {
     /// The etcd server of the local clusters: 3.4.23 (Debian's package, scripts/etcd-3.4.sh),
     /// 3.5.1 (the testkit's own), or any other release built from its Go modules by
     /// scripts/etcd-go.sh (3.5.35, 3.6.16, 3.7.3, ...; the first build takes minutes) [default:
-    /// $ETCD_BIN, then etcd on PATH, then the testkit's 3.5.1]. The version that ran is in the
-    /// table headers, report.md and the JSON.
+    /// $ETCD_BIN if set, else 3.6.16]. The version that ran is in the table headers, report.md
+    /// and the JSON.
     #[arg(long, conflicts_with = "endpoints")]
     pub etcd_version: Option<String>,
 

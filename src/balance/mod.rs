@@ -40,7 +40,7 @@ pub(crate) struct BalancerConfig {
     /// The probers' timers.
     pub(crate) probes: ProbeTimers,
     /// The client's auth token, when it has credentials: shared with the calls, and shown to
-    /// members whose Status needs a user (etcd 3.6, 3.5.13+; see `prober.rs`).
+    /// members whose Status needs a user (etcd 3.6, 3.5.28+; see `prober.rs`).
     pub(crate) token: Option<Arc<TokenCell>>,
 }
 

@@ -122,7 +122,7 @@ pub(crate) struct Endpoint {
     silence: Silence,
     /// Its etcd version, from its last Status answer (see [`version`]).
     version: KnownVersion,
-    /// Its Status refused a caller without a user (auth on, etcd 3.6 or 3.5.13+): probes
+    /// Its Status refused a caller without a user (auth on, etcd 3.6 or 3.5.28+): probes
     /// show it the client's token (see `prober.rs`).
     status_needs_token: AtomicBool,
 }

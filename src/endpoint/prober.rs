@@ -127,7 +127,7 @@ pub(crate) async fn probe(
 
     // The linearizable read carries no auth token: an answer of etcd's auth layer ("user name
     // is empty", "permission denied") comes after the read index, so it proves as much. Status
-    // needs a user on etcd 3.6 and 3.5.13+ with auth on: without one it answers nothing of
+    // needs a user on etcd 3.6 and 3.5.28+ with auth on: without one it answers nothing of
     // raft or version, and the client would not know the leader. So a member that refused an
     // anonymous Status is asked with the client's token from then on (which also keeps a
     // simple token alive: it expires only when the client is gone or its user changed).

@@ -54,7 +54,7 @@ pub(crate) async fn enable(
     })
     .await
     .map_err(rpc_error("UserGrantRole"))?;
-    // From here on the testkit's own Status probes may need a user (etcd 3.6, 3.5.13+).
+    // From here on the testkit's own Status probes may need a user (etcd 3.6, 3.5.28+).
     for m in members {
         let _ = m.login.set((user.to_string(), password.to_string()));
     }

@@ -48,7 +48,7 @@ pub(crate) struct Member {
     /// The raft member id, learnt from the first Status answer; stable across restarts.
     pub(crate) id: OnceLock<u64>,
     /// The user and password the testkit's own probes log in with once auth is on (etcd 3.6
-    /// and 3.5.13+ answer Status only to a user), and the token they last got.
+    /// and 3.5.28+ answer Status only to a user), and the token they last got.
     pub(crate) login: OnceLock<(String, String)>,
     pub(crate) token: Mutex<Option<String>>,
 }

@@ -102,7 +102,7 @@ pub async fn client(cluster: &Cluster) -> Client {
         .expect("connect to the test cluster")
 }
 
-/// A client whose probes come once a minute: on etcd 3.6 and 3.5.13+ with auth on, probes show
+/// A client whose probes come once a minute: on etcd 3.6 and 3.5.28+ with auth on, probes show
 /// the member the client's token (Status needs a user there), which keeps a simple token alive;
 /// tests of what happens when it expires need probes rarer than its TTL.
 pub async fn client_letting_tokens_expire(cluster: &Cluster) -> Client {

@@ -20,7 +20,12 @@ fn main() -> std::process::ExitCode {
     };
     // The server first: building one from its Go modules can take minutes, and a version that
     // cannot be had stops the run before anything is measured.
-    if let Some(version) = &args.etcd_version {
+    // Local clusters run etcd 3.6 (what most users run) unless asked otherwise: by
+    // --etcd-version, or ETCD_BIN naming a binary.
+    let default_server = (args.endpoints.is_empty()
+        && std::env::var_os(etcd_ha::testkit::ETCD_BIN_ENV).is_none_or(|v| v.is_empty()))
+    .then(|| server::DEFAULT_VERSION.to_string());
+    if let Some(version) = args.etcd_version.as_ref().or(default_server.as_ref()) {
         match server::resolve(version) {
             Ok(etcd) => {
                 eprintln!("etcd {} at {}", etcd.version, etcd.binary.display());
