@@ -71,7 +71,13 @@ async fn every_member_reports_its_status_hashes_and_defragments() {
                 2 * 1024 * 1024 * 1024,
                 "the default quota"
             );
-            assert!(status.storage_version.starts_with("3."));
+            // 3.5 and 3.6 report their storage schema ("3.5.0", "3.6.0"); 3.7.3 answered with
+            // none on a fresh cluster in CI: an empty or well-formed version, nothing else.
+            assert!(
+                status.storage_version.is_empty() || status.storage_version.starts_with("3."),
+                "storage version {:?}",
+                status.storage_version
+            );
         }
 
         // A whole-backend hash: not comparable across members (each stores its own consistent

@@ -176,23 +176,7 @@ async fn on_etcd_3_7_the_rest_of_the_range_comes_by_range_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_etcd_3_7_it_pages_without_asking_for_range_stream() {
-    // The suite's own server, unless it serves RangeStream (the 3.7 leg of CI): then 3.6.
-    let mut cluster = support::cluster3().await;
-    if cluster
-        .etcd_version()
-        .parse::<etcd_ha::ServerVersion>()
-        .unwrap()
-        >= etcd_ha::ServerVersion::new(3, 7, 0)
-    {
-        drop(cluster);
-        cluster = Cluster::builder()
-            .members(3)
-            .etcd_version("3.6.16")
-            .start()
-            .await
-            .unwrap();
-        cluster.leader(support::READY).await.unwrap();
-    }
+    let cluster = cluster_without_range_stream().await;
     let client = support::client(&cluster).await;
     let prefix = support::unique("paged35");
     fill(&client, &prefix, 100).await;
@@ -230,6 +214,24 @@ async fn below_etcd_3_7_it_pages_without_asking_for_range_stream() {
     assert_eq!(got.len(), KEYS.div_ceil(700));
 }
 
+/// The suite's own server, unless it serves RangeStream (the 3.7 leg of CI): then 3.6.
+async fn cluster_without_range_stream() -> Cluster {
+    let cluster = support::cluster3().await;
+    let version: etcd_ha::ServerVersion = cluster.etcd_version().parse().unwrap();
+    if !version.serves_range_stream() {
+        return cluster;
+    }
+    drop(cluster);
+    let cluster = Cluster::builder()
+        .members(3)
+        .etcd_version("3.6.16")
+        .start()
+        .await
+        .unwrap();
+    cluster.leader(support::READY).await.unwrap();
+    cluster
+}
+
 /// Compact past the revision of a read after its first page: the next page fails with the
 /// typed error, on either method.
 async fn compaction_ends_the_read(client: &Client, prefix: &str) {
@@ -263,8 +265,8 @@ async fn compaction_ends_the_read(client: &Client, prefix: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_revision_ends_the_read_with_compacted() {
-    // Paging (etcd 3.5.1).
-    let cluster = support::cluster3().await;
+    // Paging (a server without RangeStream).
+    let cluster = cluster_without_range_stream().await;
     let client = support::client(&cluster).await;
     let prefix = support::unique("compact35");
     fill(&client, &prefix, 100).await;

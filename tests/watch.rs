@@ -753,7 +753,7 @@ async fn progress_is_reported_only_when_it_is_true() {
     // Server-side per-watch progress notifications every second (etcd's default is 10 min).
     let cluster = etcd_ha::testkit::Cluster::builder()
         .members(3)
-        .arg("--experimental-watch-progress-notify-interval=1s")
+        .watch_progress_notify_interval(Duration::from_secs(1))
         .start()
         .await
         .expect("start a 3-member etcd cluster");

@@ -63,6 +63,8 @@ pub struct ClusterBuilder {
     election_ms: Option<u64>,
     /// Extra flags appended to every member's command line.
     extra_args: Vec<OsString>,
+    /// The members' watch progress notify interval, if not etcd's default (10 min).
+    progress_notify: Option<std::time::Duration>,
     /// How long the start (and later restarts) may take.
     ready_timeout: Duration,
     /// Run each member in its own network namespace, so it can be partitioned.
@@ -88,6 +90,7 @@ impl Default for ClusterBuilder {
             heartbeat_ms: None,
             election_ms: None,
             extra_args: Vec::new(),
+            progress_notify: None,
             ready_timeout: DEFAULT_READY_TIMEOUT,
             isolated_network: false,
             unix_sockets: false,
@@ -249,6 +252,28 @@ impl ClusterBuilder {
     /// ```
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.extra_args.push(arg.into());
+        self
+    }
+
+    /// How often members send a progress notification to watches that asked for them (etcd's
+    /// default is 10 minutes), under the flag the server's version knows:
+    /// `--experimental-watch-progress-notify-interval` before 3.6,
+    /// `--watch-progress-notify-interval` from 3.6 (3.7 knows only that one).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .watch_progress_notify_interval(std::time::Duration::from_secs(1))
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub fn watch_progress_notify_interval(mut self, interval: std::time::Duration) -> Self {
+        self.progress_notify = Some(interval);
         self
     }
 
@@ -446,7 +471,12 @@ impl ClusterBuilder {
 
         let mut attempt = 1;
         let members = loop {
-            let members = self.layout(dir.path(), &binary, tls.as_ref(), network.as_ref())?;
+            let members = self.layout(
+                dir.path(),
+                (&binary, &version),
+                tls.as_ref(),
+                network.as_ref(),
+            )?;
             match boot(&members, client_tls.as_ref(), self.ready_timeout).await {
                 Ok(()) => break members,
                 Err(e) if is_port_taken(&e) && attempt < START_ATTEMPTS => attempt += 1,
@@ -473,7 +503,7 @@ impl ClusterBuilder {
     fn layout(
         &self,
         dir: &Path,
-        binary: &Path,
+        (binary, version): (&Path, &str),
         tls: Option<&TlsFiles>,
         network: Option<&Network>,
     ) -> Result<Vec<Member>, TestkitError> {
@@ -563,6 +593,17 @@ impl ClusterBuilder {
             // a partition (its term raised by its lone campaigns) deposes the working leader, a
             // leaderless second or two that says nothing about the client. Same on both.
             args.push("--pre-vote=true".into());
+            if let Some(interval) = self.progress_notify {
+                let renamed = version
+                    .parse::<crate::ServerVersion>()
+                    .is_ok_and(|v| v >= crate::ServerVersion::new(3, 6, 0));
+                let name = if renamed {
+                    "--watch-progress-notify-interval"
+                } else {
+                    "--experimental-watch-progress-notify-interval"
+                };
+                args.push(format!("{name}={}ms", interval.as_millis()).into());
+            }
             // The caller's own flags last: they win over ours.
             args.extend(self.extra_args.iter().cloned());
             let mut binary = PathBuf::from(binary);

@@ -36,7 +36,7 @@ pub async fn run(config: Config) -> Result<History, String> {
     let mut builder = Cluster::builder()
         .members(3)
         .isolated_network(true)
-        .arg("--experimental-watch-progress-notify-interval=1s");
+        .watch_progress_notify_interval(std::time::Duration::from_secs(1));
     if config.auth() {
         builder = builder.auth("root", "robust").arg("--auth-token-ttl=2");
     }
