@@ -138,6 +138,23 @@ pub(crate) fn never_sent(status: &tonic::Status) -> bool {
     false
 }
 
+/// Whether the server reset the call's stream with CANCEL: what etcd 3.6's gRPC server does
+/// when the deadline the client told it (grpc-timeout) runs out while a handler still waits.
+pub(crate) fn reset_by_server(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    let mut source = status.source();
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && h2.is_remote()
+            && h2.reason() == Some(h2::Reason::CANCEL)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,11 @@ use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
 use crate::endpoint::{Endpoint, InFlight};
 use crate::error::{Error, Result};
-use crate::retry::never_sent;
+use crate::retry::{never_sent, reset_by_server};
+
+/// How close to its deadline a call whose stream the server reset counts as timed out: the
+/// server's timer starts when the request arrives, and grpc-timeout is sent in whole units.
+const DEADLINE_SLACK: std::time::Duration = std::time::Duration::from_millis(5);
 use crate::rpc::Route;
 use crate::rpc::{Idempotency, Rpc};
 
@@ -231,6 +235,14 @@ impl Transport {
                             return Ok((answer.ep, response.into_inner()));
                         }
                         Err(status) => {
+                            // The server ended the call at the deadline this client told it:
+                            // its reset says only that time ran out, and on a loaded box it
+                            // can come a moment before the client's own timer fires.
+                            if deadline.is_some_and(|d| Instant::now() + DEADLINE_SLACK >= d)
+                                && reset_by_server(&status)
+                            {
+                                return Err(Error::Timeout);
+                            }
                             let unsent = never_sent(&status);
                             self.learn_method(&answer.ep, rpc, &status);
                             let error = Error::from_status(status, &answer.ep.url);
