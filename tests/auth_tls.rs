@@ -444,6 +444,7 @@ async fn expired_token_is_renewed_once_for_all_waiting_requests() {
     assert!(matches!(refused, Err(Error::AuthRequired)), "{refused:?}");
 
     let client = support::client_letting_tokens_expire(&cluster).await;
+    let keeps_alive = support::probes_keep_tokens_alive(&cluster);
     let kv = client.kv();
     let key = support::unique("ttl");
     kv.put(key.as_str(), "before-expiry", PutOptions::new())
@@ -459,10 +460,12 @@ async fn expired_token_is_renewed_once_for_all_waiting_requests() {
         .await
         .expect("renewed transparently");
     assert_eq!(got.kvs[0].value, b"before-expiry");
-    assert_eq!(
-        authenticate_calls(&cluster).await - logins,
-        1,
-        "the token expired, so exactly one new login"
+    // Where Status needs a user, a probe that came in the wait (after an ejection, or woken by
+    // a failure) showed the token and kept it alive: then no login at all is right too.
+    let renewals = authenticate_calls(&cluster).await - logins;
+    assert!(
+        renewals == 1 || (keeps_alive && renewals == 0),
+        "the token expired, so exactly one new login: {renewals}"
     );
 
     // Twenty requests at once after the next expiry: all succeed, with a single login between
@@ -497,7 +500,11 @@ async fn expired_token_is_renewed_once_for_all_waiting_requests() {
     assert_eq!(revisions.len(), 20, "twenty distinct writes");
     assert_eq!(done.load(Ordering::Relaxed), 20);
     let after = authenticate_calls(&cluster).await;
-    assert_eq!(after - logins, 1, "one login for all twenty requests");
+    assert!(
+        after - logins == 1 || (keeps_alive && after == logins),
+        "one login for all twenty requests: {}",
+        after - logins
+    );
     let all = kv
         .get(format!("{key}/"), GetOptions::new().with_prefix())
         .await
@@ -522,15 +529,22 @@ async fn expired_token_is_renewed_once_for_all_waiting_requests() {
     );
     let logins = authenticate_calls(&cluster).await;
     tokio::time::sleep(TOKEN_EXPIRY_WAIT).await;
-    let refused = raw
-        .put(put("stale-token"))
-        .await
-        .expect_err("token expired");
-    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
-    raw.put(put("renewed"))
-        .await
-        .expect("the next call has a fresh token");
-    assert_eq!(authenticate_calls(&cluster).await - logins, 1, "one login");
+    match raw.put(put("stale-token")).await {
+        Err(refused) => {
+            assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+            raw.put(put("renewed"))
+                .await
+                .expect("the next call has a fresh token");
+            assert_eq!(authenticate_calls(&cluster).await - logins, 1, "one login");
+        }
+        // Kept alive by a probe in the wait (see above).
+        Ok(_) if keeps_alive => {
+            raw.put(put("renewed"))
+                .await
+                .expect("the token still works");
+        }
+        Ok(answer) => panic!("token expired, yet the put went through: {answer:?}"),
+    }
     let got = kv
         .get(format!("{key}/raw"), GetOptions::new())
         .await

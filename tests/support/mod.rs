@@ -112,6 +112,19 @@ pub async fn client_letting_tokens_expire(cluster: &Cluster) -> Client {
         .expect("connect to the test cluster")
 }
 
+/// Whether the client's probes may keep its token alive on this cluster's server: where Status
+/// needs a user with auth on (etcd 3.6+, 3.5.28+), probes show it the token, and the rare ones
+/// of [`client_letting_tokens_expire`] still come after an ejection or a failure.
+pub fn probes_keep_tokens_alive(cluster: &Cluster) -> bool {
+    cluster
+        .etcd_version()
+        .parse::<etcd_ha::ServerVersion>()
+        .is_ok_and(|v| {
+            v >= etcd_ha::ServerVersion::new(3, 6, 0)
+                || (v.minor == 5 && v.major == 3 && v.patch >= 28)
+        })
+}
+
 /// Wait until every endpoint is healthy (probes have run, so calls spread over all of them)
 /// and the client knows the leader.
 pub async fn all_healthy(client: &Client) {
