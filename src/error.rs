@@ -146,7 +146,8 @@ pub enum Error {
     /// (its `ResponseHeader.cluster_id` differs): a mistyped endpoint, or an address that a
     /// member of another cluster now holds. The endpoint is dropped and never used for a call.
     #[error(
-        "endpoint {endpoint} belongs to cluster {found:x}, not to this client's cluster {expected:x}"
+        "endpoint {endpoint} belongs to cluster {found:x}, \
+         not to this client's cluster {expected:x}"
     )]
     ClusterIdMismatch {
         /// The endpoint that answered.

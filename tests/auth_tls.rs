@@ -652,10 +652,11 @@ async fn tls_verification_and_file_errors_are_typed_and_quick() {
         assert_eq!(accepted.load(Ordering::SeqCst), 0, "nothing was dialled");
     }
     // The client certificate's files are checked the same way.
-    let tls = good.with_client_cert(&files.client_cert, Path::new("/nonexistent/key.pem"));
+    let missing_key = Path::new("/nonexistent/key.pem");
+    let tls = good.with_client_cert(&files.client_cert, missing_key);
     let result = Client::connect(cluster.endpoints(), base().with_tls(tls)).await;
     assert!(
-        matches!(&result, Err(Error::TlsFile { path, .. }) if path == Path::new("/nonexistent/key.pem")),
+        matches!(&result, Err(Error::TlsFile { path, .. }) if path == missing_key),
         "{result:?}"
     );
 }

