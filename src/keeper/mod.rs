@@ -2,10 +2,12 @@
 //! each, the moment it can no longer be trusted.
 //!
 //! How it keeps a lease and when one counts as lost is told on [`Keeper`], for users. The files:
-//! `state.rs` is the bookkeeping (no IO, tested with paused time), `task.rs` the task that
-//! drives it with the stream, `kept.rs` the lease handles, this file the keeper handle.
+//! `state.rs` is the bookkeeping (no IO, tested with paused time), `queues.rs` its orderings
+//! (so that no renewal walks every lease), `task.rs` the task that drives it with the stream,
+//! `kept.rs` the lease handles, this file the keeper handle.
 
 mod kept;
+mod queues;
 mod state;
 mod task;
 mod ttl;

@@ -38,6 +38,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::queues::{Keys, Queues, Stage};
 use super::ttl::later;
 
 /// Why a lease is lost.
@@ -94,25 +95,20 @@ struct Entry {
     generation: u64,
     /// Publishes the lease's [`View`] to its handles.
     view: watch::Sender<View>,
-    /// Mirror of the view's `ttl`, for the cadence and the silence limit.
-    ttl: Duration,
-    /// When to send the next renewal (if none is in flight).
-    next_renewal: Instant,
-    /// Send time of the request in flight on the current stream. One at a time: etcd answers a
+    /// Where the table's orderings hold it. One request in flight at a time: etcd answers a
     /// stream's requests in order, so a second one would only queue behind a slow first.
-    in_flight: Option<Instant>,
-}
-
-impl Entry {
-    fn expires_at(&self) -> Instant {
-        self.view.borrow().expires_at
-    }
+    keys: Keys,
 }
 
 /// Every lease the keeper renews, and what the current stream owes.
+///
+/// No operation walks every lease but [`Table::stream_lost`] (rare): the orderings in
+/// [`Queues`] answer the rest in O(log n) each, and [`Table::due_at_most`] in O(k log n) for k
+/// leases found due, so the work per renewal does not grow with the number of leases.
 #[derive(Debug)]
 pub(crate) struct Table {
     leases: HashMap<i64, Entry>,
+    queues: Queues,
     /// Since when the current stream owes an answer without having given one (`None`: it owes
     /// nothing, or there is no stream).
     owed_since: Option<Instant>,
@@ -126,6 +122,7 @@ impl Table {
     pub(crate) fn new(max_silence: Duration) -> Self {
         Table {
             leases: HashMap::new(),
+            queues: Queues::default(),
             owed_since: None,
             max_silence,
         }
@@ -140,6 +137,7 @@ impl Table {
     }
 
     /// Keep `id` (replacing an older registration of it), first renewal at `next_renewal`.
+    /// The view comes in not lost (a new registration's).
     pub(crate) fn insert(
         &mut self,
         id: i64,
@@ -147,15 +145,26 @@ impl Table {
         view: watch::Sender<View>,
         next_renewal: Instant,
     ) {
-        let ttl = view.borrow().ttl;
+        let (ttl, expires_at) = {
+            let v = view.borrow();
+            debug_assert!(v.lost.is_none(), "a lost lease is never kept again");
+            (v.ttl, v.expires_at)
+        };
+        // An older registration's request in flight is no longer ours to wait for.
+        self.remove(id);
+        let keys = Keys {
+            expires_at,
+            next_renewal,
+            ttl,
+            stage: Stage::Waiting,
+        };
+        self.queues.add(id, &keys);
         self.leases.insert(
             id,
             Entry {
                 generation,
                 view,
-                ttl,
-                next_renewal,
-                in_flight: None,
+                keys,
             },
         );
     }
@@ -167,7 +176,7 @@ impl Table {
             .get(&id)
             .is_some_and(|e| e.generation == generation)
         {
-            self.leases.remove(&id);
+            self.remove(id);
             self.refresh_owed(Instant::now());
             return true;
         }
@@ -176,28 +185,29 @@ impl Table {
 
     /// The lease to open a stream with: the one closest to expiry.
     pub(crate) fn most_urgent(&self) -> Option<i64> {
-        self.leases
-            .iter()
-            .min_by_key(|(_, e)| e.expires_at())
-            .map(|(id, _)| *id)
+        self.queues.first_expiry().map(|(_, id)| id)
     }
 
     /// Leases due for a renewal at `now` with none in flight, closest to expiry first.
-    pub(crate) fn due(&self, now: Instant) -> Vec<i64> {
-        let mut due: Vec<(Instant, i64)> = self
-            .leases
-            .iter()
-            .filter(|(_, e)| e.in_flight.is_none() && e.next_renewal <= now)
-            .map(|(id, e)| (e.expires_at(), *id))
-            .collect();
-        due.sort_unstable();
-        due.into_iter().map(|(_, id)| id).collect()
+    #[cfg(test)]
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<i64> {
+        self.due_at_most(now, usize::MAX)
+    }
+
+    /// The first `at_most` leases due for a renewal at `now` with none in flight, closest to
+    /// expiry first (the rest stay due, in that order, for the next call). Costs O(log n) per
+    /// lease newly found due and per lease returned: a stream that takes only a few requests
+    /// per turn does not make each turn walk every lease still to send.
+    pub(crate) fn due_at_most(&mut self, now: Instant, at_most: usize) -> Vec<i64> {
+        while let Some(id) = self.queues.waiting_due(now) {
+            self.rekey(id, |k| k.stage = Stage::Ready);
+        }
+        self.queues.ready(at_most)
     }
 
     /// A renewal of `id` went out at `at`.
     pub(crate) fn sent(&mut self, id: i64, at: Instant) {
-        if let Some(entry) = self.leases.get_mut(&id) {
-            entry.in_flight = Some(at);
+        if self.rekey(id, |k| k.stage = Stage::InFlight(at)) {
             self.owed_since.get_or_insert(at);
         }
     }
@@ -209,11 +219,14 @@ impl Table {
     }
 
     /// The stream is gone: its requests will never be answered; renew everything at once on
-    /// the next one (not after the next TTL/3: the etcd#7357 trap).
+    /// the next one (not after the next TTL/3: the etcd#7357 trap). Walks every lease: it
+    /// happens once per stream.
     pub(crate) fn stream_lost(&mut self, now: Instant) {
-        for entry in self.leases.values_mut() {
-            entry.in_flight = None;
-            entry.next_renewal = now;
+        self.queues = Queues::default();
+        for (id, entry) in &mut self.leases {
+            entry.keys.stage = Stage::Waiting;
+            entry.keys.next_renewal = now;
+            self.queues.add(*id, &entry.keys);
         }
         self.owed_since = None;
     }
@@ -223,18 +236,20 @@ impl Table {
         let now = Instant::now();
         let outcome = self.apply_answer(id, ttl_secs);
         if matches!(outcome, Answer::Gone | Answer::Late) {
-            self.leases.remove(&id);
+            self.remove(id);
         }
         // Any answer proves the stream alive: what is still owed is owed from now.
         self.refresh_owed(now);
         outcome
     }
 
+    /// What an answer does to the lease's view; a renewed lease waits for its next renewal.
+    /// A lost one stays indexed: the caller drops it.
     fn apply_answer(&mut self, id: i64, ttl_secs: i64) -> Answer {
-        let Some(entry) = self.leases.get_mut(&id) else {
+        let Some(entry) = self.leases.get(&id) else {
             return Answer::Unexpected;
         };
-        let Some(sent_at) = entry.in_flight.take() else {
+        let Stage::InFlight(sent_at) = entry.keys.stage else {
             return Answer::Unexpected;
         };
         // A TTL from the server is clamped to etcd's maximum: no value may overflow the
@@ -262,25 +277,35 @@ impl Table {
             v.renewals += 1;
             outcome = Answer::Renewed(v.expires_at);
         });
-        entry.ttl = ttl;
-        entry.next_renewal = later(sent_at, ttl / 3);
+        if let Answer::Renewed(expires_at) = outcome {
+            self.rekey(id, |k| {
+                k.expires_at = expires_at;
+                k.ttl = ttl;
+                k.next_renewal = later(sent_at, ttl / 3);
+                k.stage = Stage::Waiting;
+            });
+        }
         outcome
     }
 
-    /// Mark every lease whose local expiry has passed at `now` as lost and drop it; their ids.
+    /// Mark every lease whose local expiry has passed at `now` as lost and drop it; their ids,
+    /// nearest to expiry first. O(log n) per lease expired.
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<i64> {
-        let expired: Vec<i64> = self
-            .leases
-            .iter()
-            .filter(|(_, e)| e.view.borrow().is_lost(now))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &expired {
-            if let Some(entry) = self.leases.remove(id) {
-                entry.view.send_modify(|v| {
-                    v.lost.get_or_insert(Lost::Expired);
-                });
+        let mut expired = Vec::new();
+        // No lease in the table is marked lost (it is dropped when marked), so its view is
+        // lost at `now` exactly when its expiry has passed.
+        while let Some((at, id)) = self.queues.first_expiry() {
+            if at > now {
+                break;
             }
+            let Some(entry) = self.remove(id) else {
+                // Cannot happen (the orderings hold only kept leases); never loop on it.
+                break;
+            };
+            entry.view.send_modify(|v| {
+                v.lost.get_or_insert(Lost::Expired);
+            });
+            expired.push(id);
         }
         if !expired.is_empty() {
             self.refresh_owed(now);
@@ -292,11 +317,9 @@ impl Table {
     /// TTL (by then the next renewal is due, and waiting longer eats into the lease), capped by
     /// the request timeout.
     pub(crate) fn silence_limit(&self) -> Duration {
-        self.leases
-            .values()
-            .map(|e| e.ttl / 3)
-            .min()
-            .unwrap_or(self.max_silence)
+        self.queues
+            .min_ttl()
+            .map_or(self.max_silence, |ttl| ttl / 3)
             .min(self.max_silence)
     }
 
@@ -315,15 +338,9 @@ impl Table {
     /// The next moment something happens by itself: a local expiry, and with a stream open
     /// (`stream_up`), a renewal falling due or the stream's silence limit.
     pub(crate) fn next_deadline(&self, stream_up: bool) -> Option<Instant> {
-        let expiries = self.leases.values().map(Entry::expires_at);
-        let mut next = expiries.min();
+        let mut next = self.queues.first_expiry().map(|(at, _)| at);
         if stream_up {
-            let renewals = self
-                .leases
-                .values()
-                .filter(|e| e.in_flight.is_none())
-                .map(|e| e.next_renewal)
-                .min();
+            let renewals = self.queues.next_renewal();
             let silence = self.owed_since.map(|s| later(s, self.silence_limit()));
             next = [next, renewals, silence].into_iter().flatten().min();
         }
@@ -332,11 +349,32 @@ impl Table {
 
     /// What is owed after an answer or a removal: nothing if no request is in flight.
     fn refresh_owed(&mut self, now: Instant) {
-        let any_in_flight = self.leases.values().any(|e| e.in_flight.is_some());
-        self.owed_since = any_in_flight.then_some(now);
+        self.owed_since = self.queues.any_in_flight().then_some(now);
+    }
+
+    /// Drop `id` from the leases and the orderings.
+    fn remove(&mut self, id: i64) -> Option<Entry> {
+        let entry = self.leases.remove(&id)?;
+        self.queues.remove(id, &entry.keys);
+        Some(entry)
+    }
+
+    /// Change `id`'s keys, keeping the orderings in step; whether it is kept.
+    fn rekey(&mut self, id: i64, change: impl FnOnce(&mut Keys)) -> bool {
+        let Some(entry) = self.leases.get_mut(&id) else {
+            return false;
+        };
+        self.queues.remove(id, &entry.keys);
+        change(&mut entry.keys);
+        self.queues.add(id, &entry.keys);
+        true
     }
 }
 
 #[cfg(test)]
 #[path = "state_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "state_model_tests.rs"]
+mod model_tests;

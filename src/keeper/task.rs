@@ -292,7 +292,9 @@ impl KeeperTask {
                     );
                     return self.lost_stream(&endpoint, None, opened, failures, now);
                 }
-                for id in self.table.due(now) {
+                // No more than the stream takes now: the rest stay due, in order, without
+                // this turn listing them (at least one, so that a closed stream shows).
+                for id in self.table.due_at_most(now, tx.capacity().max(1)) {
                     match tx.try_send(LeaseKeepAliveRequest { id }) {
                         Ok(()) => self.table.sent(id, now),
                         // The stream pushes back: the rest go out on the next turn.

@@ -1,0 +1,129 @@
+//! The keeper table's orderings, kept incrementally so that no answer and no turn of the task
+//! walks every lease: leases by local expiry, idle ones by next renewal, those found due by
+//! urgency, the TTLs (for the silence limit) and how many requests are in flight.
+//!
+//! Each lease is indexed by its [`Keys`]; the table changes a lease's keys only by taking it
+//! out ([`Queues::remove`]) and putting it back ([`Queues::add`]), so the orderings never
+//! disagree with the leases. Every operation here is O(log n).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Where a lease is in its renewal cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// Idle, its next renewal not yet found due.
+    Waiting,
+    /// Idle and found due (by `Table::due_at_most`), not yet sent: a stream pushing back
+    /// leaves it here, still in order of urgency, for the next turn.
+    Ready,
+    /// One request in flight, sent at this instant.
+    InFlight(Instant),
+}
+
+/// What the orderings know of one lease.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Keys {
+    /// Mirror of the view's `expires_at` (only the table writes it).
+    pub(super) expires_at: Instant,
+    /// When to send the next renewal (if none is in flight).
+    pub(super) next_renewal: Instant,
+    /// Mirror of the view's `ttl`, for the cadence and the silence limit.
+    pub(super) ttl: Duration,
+    pub(super) stage: Stage,
+}
+
+/// The orderings of every kept lease. Ids break ties, so each set holds one item per lease.
+#[derive(Debug, Default)]
+pub(super) struct Queues {
+    /// Every lease by local expiry: what `expire`, `next_deadline` and `most_urgent` read.
+    by_expiry: BTreeSet<(Instant, i64)>,
+    /// Waiting leases by next renewal: the next one falls due first.
+    waiting: BTreeSet<(Instant, i64)>,
+    /// Ready leases by local expiry: the one nearest to expiry is sent first, so under
+    /// overload every lease is renewed once before any is renewed twice.
+    ready: BTreeSet<(Instant, i64)>,
+    /// Ready leases by next renewal (all past): the next wake stays what it was before they
+    /// were found due.
+    ready_renewals: BTreeSet<(Instant, i64)>,
+    /// How many leases have each TTL: the smallest sets the silence limit.
+    ttls: BTreeMap<Duration, usize>,
+    /// Leases with a request in flight.
+    in_flight: usize,
+}
+
+impl Queues {
+    /// Index lease `id` under `keys`.
+    pub(super) fn add(&mut self, id: i64, keys: &Keys) {
+        self.by_expiry.insert((keys.expires_at, id));
+        *self.ttls.entry(keys.ttl).or_insert(0) += 1;
+        match keys.stage {
+            Stage::Waiting => {
+                self.waiting.insert((keys.next_renewal, id));
+            }
+            Stage::Ready => {
+                self.ready.insert((keys.expires_at, id));
+                self.ready_renewals.insert((keys.next_renewal, id));
+            }
+            Stage::InFlight(_) => self.in_flight += 1,
+        }
+    }
+
+    /// Take lease `id`, indexed under `keys`, out of every ordering.
+    pub(super) fn remove(&mut self, id: i64, keys: &Keys) {
+        self.by_expiry.remove(&(keys.expires_at, id));
+        if let Some(count) = self.ttls.get_mut(&keys.ttl) {
+            *count -= 1;
+            if *count == 0 {
+                self.ttls.remove(&keys.ttl);
+            }
+        }
+        match keys.stage {
+            Stage::Waiting => {
+                self.waiting.remove(&(keys.next_renewal, id));
+            }
+            Stage::Ready => {
+                self.ready.remove(&(keys.expires_at, id));
+                self.ready_renewals.remove(&(keys.next_renewal, id));
+            }
+            Stage::InFlight(_) => self.in_flight = self.in_flight.saturating_sub(1),
+        }
+    }
+
+    /// The lease nearest to local expiry, and that expiry.
+    pub(super) fn first_expiry(&self) -> Option<(Instant, i64)> {
+        self.by_expiry.first().copied()
+    }
+
+    /// A waiting lease whose renewal is due at `now`, if any (the earliest).
+    pub(super) fn waiting_due(&self, now: Instant) -> Option<i64> {
+        self.waiting
+            .first()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, id)| *id)
+    }
+
+    /// Up to `at_most` ready leases, nearest to expiry first.
+    pub(super) fn ready(&self, at_most: usize) -> Vec<i64> {
+        self.ready.iter().take(at_most).map(|(_, id)| *id).collect()
+    }
+
+    /// The earliest next renewal of an idle lease (waiting or ready).
+    pub(super) fn next_renewal(&self) -> Option<Instant> {
+        let waiting = self.waiting.first().map(|(at, _)| *at);
+        let ready = self.ready_renewals.first().map(|(at, _)| *at);
+        waiting.into_iter().chain(ready).min()
+    }
+
+    /// The shortest TTL kept.
+    pub(super) fn min_ttl(&self) -> Option<Duration> {
+        self.ttls.first_key_value().map(|(ttl, _)| *ttl)
+    }
+
+    /// Whether any request is in flight.
+    pub(super) fn any_in_flight(&self) -> bool {
+        self.in_flight > 0
+    }
+}
