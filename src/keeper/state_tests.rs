@@ -256,3 +256,168 @@ async fn a_zero_or_negative_server_ttl_means_the_lease_is_gone() {
         assert_eq!(t.next_deadline(true), None);
     }
 }
+
+/// A lease with a given TTL, expiry and first renewal (confirmed).
+fn kept(table: &mut Table, id: i64, ttl: Duration, expires_in: Duration, renew_in: Duration) {
+    let now = Instant::now();
+    let (tx, _rx) = watch::channel(View {
+        ttl,
+        expires_at: now + expires_in,
+        confirmed: true,
+        renewals: 0,
+        lost: None,
+    });
+    table.insert(id, 1, tx, now + renew_in);
+}
+
+#[tokio::test(start_paused = true)]
+async fn due_leases_come_nearest_to_expiry_first_not_by_renewal_time() {
+    let mut t = table();
+    let s = Duration::from_secs;
+    // 1 fell due first but has the most life left; 3 fell due last and has the least.
+    kept(&mut t, 1, TTL, s(9), s(0));
+    kept(&mut t, 2, TTL, s(5), s(1));
+    kept(&mut t, 3, TTL, s(3), s(2));
+    kept(&mut t, 4, TTL, s(7), s(4));
+    tokio::time::advance(s(2)).await;
+    assert_eq!(t.due(Instant::now()), [3, 2, 1]);
+    // A stream that takes two now: the third stays due, ahead of a lease due later.
+    assert_eq!(t.due_at_most(Instant::now(), 2), [3, 2]);
+    t.sent(3, Instant::now());
+    t.sent(2, Instant::now());
+    assert_eq!(t.due_at_most(Instant::now(), 2), [1]);
+    // The wake for the one still due is its (past) renewal time, as before it was found due.
+    assert_eq!(t.next_deadline(true), Some(Instant::now() - s(2)));
+    tokio::time::advance(s(2)).await;
+    // 4 is nearer to expiry than 1: it goes first although it fell due later.
+    assert_eq!(t.due(Instant::now()), [4, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn forget_drops_a_lease_from_whichever_queue_holds_it() {
+    let mut t = table();
+    let s = Duration::from_secs;
+    kept(&mut t, 1, TTL, s(6), s(1)); // waiting
+    kept(&mut t, 2, TTL, s(6), s(0)); // found due, not sent
+    kept(&mut t, 3, TTL, s(6), s(0)); // in flight
+    kept(&mut t, 4, Duration::from_secs(3), s(7), s(5)); // the shortest TTL
+    assert_eq!(t.due(Instant::now()), [2, 3]);
+    t.sent(3, Instant::now());
+    assert!(t.forget(2, 1));
+    assert!(t.due(Instant::now()).is_empty());
+    assert_eq!(t.next_deadline(true), Some(Instant::now() + s(1)));
+    assert!(t.forget(1, 1));
+    // Nothing idle is due before 4's renewal; 3's request still owed (silence: 3 s / 3).
+    assert_eq!(t.next_deadline(true), Some(Instant::now() + s(1)));
+    assert_eq!(t.silence_limit(), s(1));
+    assert!(t.forget(4, 1));
+    assert_eq!(t.silence_limit(), s(2));
+    assert_eq!(t.next_deadline(true), Some(Instant::now() + s(2)));
+    // The one in flight: nothing is owed any more.
+    assert!(t.forget(3, 1));
+    assert!(t.is_empty());
+    assert_eq!(t.owed_for(Instant::now() + s(60)), Duration::ZERO);
+    assert_eq!(t.next_deadline(true), None);
+    assert_eq!(t.most_urgent(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_after_forget_is_unexpected_and_owes_nothing() {
+    let mut t = table();
+    let rx = granted(&mut t, 1);
+    let _b = granted(&mut t, 2);
+    t.sent(1, Instant::now());
+    assert!(t.forget(1, 1));
+    assert!(!t.is_silent(Instant::now() + Duration::from_secs(60)));
+    assert_eq!(t.answered(1, 6), Answer::Unexpected);
+    assert_eq!(rx.borrow().renewals, 0);
+    assert_eq!(t.len(), 1);
+    // A new registration of the same id is not the one the answer was for.
+    let (tx, _rx) = watch::channel(*rx.borrow());
+    t.insert(1, 2, tx, Instant::now());
+    assert_eq!(t.answered(1, 6), Answer::Unexpected);
+    assert_eq!(t.due(Instant::now()), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_stream_makes_in_flight_and_waiting_leases_due_nearest_expiry_first() {
+    let mut t = table();
+    let s = Duration::from_secs;
+    kept(&mut t, 1, TTL, s(6), s(0));
+    kept(&mut t, 2, TTL, s(4), s(0));
+    kept(&mut t, 3, TTL, s(5), s(3));
+    assert_eq!(t.due(Instant::now()), [2, 1]);
+    t.sent(2, Instant::now());
+    tokio::time::advance(Duration::from_millis(500)).await;
+    t.stream_lost(Instant::now());
+    assert_eq!(t.owed_for(Instant::now() + s(1)), Duration::ZERO);
+    assert_eq!(t.due(Instant::now()), [2, 3, 1]);
+    // The new stream's first request is the most urgent; the rest follow.
+    assert_eq!(t.most_urgent(), Some(2));
+    t.sent(2, Instant::now());
+    tokio::time::advance(s(1)).await;
+    t.stream_opened(Instant::now());
+    assert_eq!(t.owed_for(Instant::now()), Duration::ZERO);
+    assert_eq!(t.due(Instant::now()), [3, 1]);
+    // The request lost with the old stream is never answered; the new one is.
+    assert!(matches!(t.answered(2, 6), Answer::Renewed(_)));
+    assert_eq!(t.answered(2, 6), Answer::Unexpected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ttl_changed_by_an_answer_moves_the_silence_limit() {
+    let mut t = table();
+    let s = Duration::from_secs;
+    kept(&mut t, 1, s(6), s(6), s(0));
+    kept(&mut t, 2, s(9), s(9), s(0));
+    assert_eq!(t.silence_limit(), s(2));
+    t.sent(1, Instant::now());
+    // The server says 12 s: the shortest TTL is now 2's.
+    assert!(matches!(t.answered(1, 12), Answer::Renewed(_)));
+    assert_eq!(t.silence_limit(), s(3));
+    t.sent(2, Instant::now());
+    // And shorter again: 3 s.
+    assert!(matches!(t.answered(2, 3), Answer::Renewed(_)));
+    assert_eq!(t.silence_limit(), s(1));
+    // Next renewal of 2 a third of its new TTL after the send.
+    assert_eq!(t.next_deadline(true), Some(Instant::now() + s(1)));
+    // A lost lease's TTL no longer counts.
+    t.sent(2, Instant::now());
+    assert_eq!(t.answered(2, 0), Answer::Gone);
+    assert_eq!(t.silence_limit(), s(4));
+}
+
+/// Many leases through a whole renewal: each step costs O(log n) per lease, so this finishes
+/// quickly (no time is asserted: only that it does, and that every lease is renewed).
+#[tokio::test(start_paused = true)]
+async fn a_hundred_thousand_leases_are_renewed_once_each() {
+    const N: i64 = 100_000;
+    let mut t = table();
+    let mut views = Vec::new();
+    for id in 0..N {
+        views.push(granted(&mut t, id));
+    }
+    tokio::time::advance(TTL / 3).await;
+    let now = Instant::now();
+    let mut sent = 0;
+    // At a stream's pace: 64 per turn.
+    loop {
+        let due = t.due_at_most(now, 64);
+        if due.is_empty() {
+            break;
+        }
+        for id in due {
+            t.sent(id, now);
+            sent += 1;
+        }
+    }
+    assert_eq!(sent, N);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    for id in 0..N {
+        assert!(matches!(t.answered(id, 6), Answer::Renewed(_)), "{id}");
+    }
+    assert!(t.expire(Instant::now()).is_empty());
+    assert!(views.iter().all(|rx| rx.borrow().renewals == 1));
+    assert_eq!(t.next_deadline(true), Some(now + TTL / 3));
+    assert_eq!(t.owed_for(Instant::now()), Duration::ZERO);
+}
