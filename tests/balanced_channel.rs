@@ -178,7 +178,8 @@ async fn leader_kill_moves_generated_clients_to_the_new_leader() {
         .map(|(s, took)| (s.code(), s.message().to_owned(), took.as_millis()))
         .collect();
     eprintln!(
-        "leader kill: first put through the balanced channel after {recovered:?}, {} errors: {summary:?}",
+        "leader kill: first put through the balanced channel after {recovered:?}, \
+         {} errors: {summary:?}",
         errors.len(),
     );
     // Every failure is one a caller can act on: the connection to the dead member refused (or

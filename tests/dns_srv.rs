@@ -267,7 +267,8 @@ async fn a_name_without_records_is_srv_not_found() {
         .await
         .expect_err("no TLS records");
     assert!(
-        matches!(&err, Error::SrvNotFound { name } if name.starts_with("_etcd-client-ssl._tcp.plain.test")),
+        matches!(&err, Error::SrvNotFound { name }
+            if name.starts_with("_etcd-client-ssl._tcp.plain.test")),
         "{err:?}"
     );
 

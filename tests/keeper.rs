@@ -308,7 +308,8 @@ async fn lease_survives_a_leader_kill() {
     sleep(TTL * 2).await;
     let (first, longest, least_left) = monitor.finish(killed).await;
     eprintln!(
-        "etcd {}: leader kill: first renewal {first:?} after the kill; longest gap between renewals \
+        "etcd {}: leader kill: first renewal {first:?} after the kill; \
+         longest gap between renewals \
          {longest:?}; least time left {least_left:?}; streams opened {} (first on the leader: \
          {on_leader})",
         cluster.etcd_version(),
@@ -350,7 +351,8 @@ async fn lease_survives_a_frozen_leader() {
     sleep(TTL * 2).await;
     let (first, longest, least_left) = monitor.finish(frozen).await;
     eprintln!(
-        "etcd {}: frozen leader: first renewal {first:?} after the freeze; longest gap between renewals \
+        "etcd {}: frozen leader: first renewal {first:?} after the freeze; \
+         longest gap between renewals \
          {longest:?}; least time left {least_left:?}; streams opened {} (first on the leader: \
          {on_leader})",
         cluster.etcd_version(),

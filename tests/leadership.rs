@@ -246,7 +246,8 @@ async fn leadership_is_lost_and_held_again_after_all_members_restart() {
         if !down_longer_than_ttl {
             assert!(
                 reason.contains("unavailable") && lost_at.duration_since(killed) < TTL,
-                "run {run}: a brief outage is noticed by the unavailability bound, before the TTL: {reason} after {:?}",
+                "run {run}: a brief outage is noticed by the unavailability bound, before the TTL: \
+                 {reason} after {:?}",
                 lost_at.duration_since(killed)
             );
         }
