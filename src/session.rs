@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
+use crate::concurrency::Cleanups;
 use crate::error::{Error, Result};
 use crate::keeper::KeptLease;
 
@@ -43,6 +44,9 @@ pub struct Session {
     lease: KeptLease,
     /// Cancelled by `close`: ends `done` for every clone and keeps `lost` from firing after.
     closed: CancellationToken,
+    /// Deletions of this session's election and lock keys still running in the background:
+    /// its next campaign or lock of the same key waits for them (they would delete its key).
+    cleanups: Cleanups,
 }
 
 impl Session {
@@ -81,6 +85,7 @@ impl Session {
             client: client.clone(),
             lease,
             closed: CancellationToken::new(),
+            cleanups: Cleanups::default(),
         }
     }
 
@@ -118,6 +123,11 @@ impl Session {
     /// ```
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The background deletions of this session's queue keys (see `concurrency/cleanup.rs`).
+    pub(crate) fn cleanups(&self) -> &Cleanups {
+        &self.cleanups
     }
 
     /// Completes when the session has ended: its lease was lost, or it was closed (through

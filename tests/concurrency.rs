@@ -431,3 +431,68 @@ async fn a_campaign_or_lock_abandoned_in_flight_leaves_no_key() {
     won.resign().await.unwrap();
     locked.unlock().await.unwrap();
 }
+
+/// A campaign or lock abandoned in flight withdraws its key in the background; the same
+/// session's next campaign or lock of that name uses the same key, so it must wait for the
+/// withdrawal, or the withdrawal lands after it and deletes the key it now holds (CI saw it:
+/// "lease not found" from a campaign on a live session, `tests/canceled_txn.rs`). Here the
+/// abandoned txn and its withdrawal go over a slow link and the next campaign over a fast
+/// one, so without that order the withdrawal lands ~150 ms after the next campaign won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_campaign_or_lock_of_a_session_outlives_the_withdrawal_of_an_abandoned_one() {
+    use etcd_ha::testkit::{FaultProxy, Mode};
+
+    let cluster = support::cluster3().await;
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
+    let slow = Client::connect(
+        [proxy.url("http")],
+        etcd_ha::Options::new().without_member_sync(),
+    )
+    .await
+    .unwrap();
+    let fast = support::client(&cluster).await;
+    let session = Session::new(&slow, TTL).await.unwrap();
+    let election_name = support::unique("withdrawn-then-won");
+    let lock_name = support::unique("withdrawn-then-locked");
+    // As in the test above: applied ~150 ms after it is sent, abandoned at 200 ms, and the
+    // withdrawal (over the same link) is applied ~150 ms after that.
+    proxy.set_mode(Mode::Latency(Duration::from_millis(150)));
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(200),
+        Election::new(&slow, election_name.as_str()).campaign(&session, "abandoned"),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the campaign was abandoned in flight");
+    let won = prompt(
+        "the session's next campaign",
+        Election::new(&fast, election_name.as_str()).campaign(&session, "next"),
+    )
+    .await
+    .unwrap();
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(200),
+        Mutex::new(lock_name.as_str()).lock(&session),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the lock was abandoned in flight");
+    let locked = prompt(
+        "the session's next lock",
+        Mutex::new(lock_name.as_str()).lock(&session),
+    )
+    .await
+    .unwrap();
+    // Long past any withdrawal still on the slow link.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    won.proclaim("still leading")
+        .await
+        .expect("the leader's key outlived the abandoned campaign's withdrawal");
+    let held = fast.kv().txn(locked.txn(Txn::new())).await.unwrap();
+    assert!(
+        held.succeeded,
+        "the lock's key outlived the abandoned lock's withdrawal"
+    );
+    won.resign().await.unwrap();
+    locked.unlock().await.unwrap();
+    session.close().await.unwrap();
+}

@@ -1,6 +1,7 @@
 //! [`Election`]: etcd's client-side election recipe. Candidates queue under a prefix, each
 //! watching only its predecessor; the oldest key leads.
 
+use super::cleanup::Cleanups;
 use super::fence::Fence;
 use super::keys::{key_of, prefix_of, range_kvs, revision, show};
 use super::observe::Observe;
@@ -87,9 +88,12 @@ impl Election {
     /// `tokio::time::timeout`), even while the txn that puts the key is in flight, withdraws
     /// the candidacy: the key is deleted in a background task on the current runtime
     /// (conditionally, on its create revision, or while the txn's answer is owed, on the
-    /// session's lease). The same happens when the campaign fails, ambiguously too. If that delete cannot run (no runtime, etcd unreachable), the key
-    /// goes with the session's lease. Run one campaign per session and election at a time:
-    /// they share the session's key.
+    /// session's lease). The same happens when the campaign fails, ambiguously too. If that
+    /// delete cannot run (no runtime, etcd unreachable), the key goes with the session's
+    /// lease. The session's next campaign in this election waits for that delete first (it
+    /// would otherwise delete the new campaign's key), so campaigning again at once after a
+    /// timeout is safe. Run one campaign per session and election at a time: they share the
+    /// session's key.
     ///
     /// ```no_run
     /// # async fn demo(election: etcd_ha::concurrency::Election, session: etcd_ha::Session) -> etcd_ha::Result<()> {
@@ -113,14 +117,18 @@ impl Election {
                 PutOptions::new().with_lease(lease_id),
             )])
             .or_else([TxnOp::get(key.clone(), GetOptions::new())]);
+        // An earlier campaign of this session that was dropped may still be deleting the key
+        // in the background: it would delete the one we put (or find) now.
+        session.cleanups().settled(&key).await;
         // Until the answer is in hand, a drop or an ambiguous failure withdraws the key.
-        let pending = Pending::arm(&self.client, &key, lease_id);
+        let pending = Pending::arm(&self.client, &key, lease_id, session.cleanups());
         let resp = self.client.kv().txn(txn).await?;
         let mut leader = Leader {
             client: self.client.clone(),
             fence: Fence::new(key, revision(&resp)),
             lease_id,
             released: false,
+            cleanups: session.cleanups().clone(),
         };
         pending.settle();
         if !resp.succeeded {
@@ -219,6 +227,8 @@ pub struct Leader {
     lease_id: i64,
     /// Resigned already (or nothing to resign): Drop does nothing.
     released: bool,
+    /// The session's background deletions, which Drop's deletion joins.
+    cleanups: Cleanups,
 }
 
 impl Leader {
@@ -314,6 +324,7 @@ impl Drop for Leader {
                 self.client.clone(),
                 self.fence.key().to_vec(),
                 self.fence.create_revision(),
+                &self.cleanups,
             );
         }
     }

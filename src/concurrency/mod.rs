@@ -50,6 +50,7 @@
 //! predecessor), through the managed watch with require-leader, and checks the whole queue again
 //! after each delete: a predecessor that gave up is skipped without waking anybody else.
 
+mod cleanup;
 mod election;
 mod fence;
 mod health;
@@ -63,6 +64,7 @@ mod pending;
 mod queue;
 pub mod stm;
 
+pub(crate) use cleanup::Cleanups;
 pub use election::{Election, Leader};
 pub use fence::Fence;
 pub use hold::{LeadershipHeld, LostReason};

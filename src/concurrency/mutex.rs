@@ -1,6 +1,7 @@
 //! [`Mutex`]: etcd's client-side lock recipe. Waiters queue under a prefix, each watching only
 //! its predecessor; the oldest key holds the lock.
 
+use super::cleanup::Cleanups;
 use super::election::first_created;
 use super::fence::Fence;
 use super::keys::{key_of, prefix_of, range_kvs, revision, show};
@@ -75,7 +76,8 @@ impl Mutex {
     /// # Cancellation
     ///
     /// Dropping the future while it waits withdraws from the queue: the key is deleted in a
-    /// background task on the current runtime (else it goes with the session's lease).
+    /// background task on the current runtime (else it goes with the session's lease). The
+    /// session's next lock of this mutex waits for that delete first.
     ///
     /// ```no_run
     /// # async fn demo(session: etcd_ha::Session) -> etcd_ha::Result<()> {
@@ -139,8 +141,11 @@ impl Mutex {
                 TxnOp::get(key.clone(), GetOptions::new()),
                 TxnOp::get(self.prefix.clone(), first_created()),
             ]);
+        // An earlier lock of this session that was dropped may still be deleting the key in
+        // the background: it would delete the one we put (or find) now.
+        session.cleanups().settled(&key).await;
         // Until the answer is in hand, a drop or an ambiguous failure withdraws the key.
-        let pending = Pending::arm(client, &key, lease_id);
+        let pending = Pending::arm(client, &key, lease_id, session.cleanups());
         let resp = client.kv().txn(txn).await?;
         let create_revision = if resp.succeeded {
             revision(&resp)
@@ -157,6 +162,7 @@ impl Mutex {
             client: client.clone(),
             fence: Fence::new(key, create_revision),
             released: false,
+            cleanups: session.cleanups().clone(),
         };
         pending.settle();
         Ok((guard, owner))
@@ -186,6 +192,8 @@ pub struct MutexGuard {
     fence: Fence,
     /// Unlocked already: Drop does nothing.
     released: bool,
+    /// The session's background deletions, which Drop's deletion joins.
+    cleanups: Cleanups,
 }
 
 impl MutexGuard {
@@ -257,6 +265,7 @@ impl Drop for MutexGuard {
                 self.client.clone(),
                 self.fence.key().to_vec(),
                 self.fence.create_revision(),
+                &self.cleanups,
             );
         }
     }

@@ -18,6 +18,7 @@
 
 use tracing::Instrument;
 
+use super::cleanup::Cleanups;
 use super::keys::show;
 use super::queue::idempotent_txn;
 use crate::client::Client;
@@ -32,16 +33,20 @@ pub(crate) struct Pending {
     key: Vec<u8>,
     lease_id: i64,
     armed: bool,
+    /// The session's deletions in flight: a withdrawal counts among them until it is done.
+    cleanups: Cleanups,
 }
 
 impl Pending {
-    /// Armed: the txn putting `key` under `lease_id` is about to go out.
-    pub(crate) fn arm(client: &Client, key: &[u8], lease_id: i64) -> Self {
+    /// Armed: the txn putting `key` under `lease_id` is about to go out. The caller waited
+    /// for `cleanups` of `key` first.
+    pub(crate) fn arm(client: &Client, key: &[u8], lease_id: i64, cleanups: &Cleanups) -> Self {
         Pending {
             client: client.clone(),
             key: key.to_vec(),
             lease_id,
             armed: true,
+            cleanups: cleanups.clone(),
         }
     }
 
@@ -60,6 +65,8 @@ impl Drop for Pending {
             return;
         };
         let (client, key, lease_id) = (self.client.clone(), self.key.clone(), self.lease_id);
+        // Registered now, before the caller can campaign again: that campaign waits for it.
+        let cleanup = self.cleanups.begin(&key);
         let span = tracing::debug_span!("etcd_ha::withdraw", key = %show(&key));
         runtime.spawn(
             async move {
@@ -71,6 +78,7 @@ impl Drop for Pending {
                         tracing::warn!(error = %e, "{what}");
                     }
                 }
+                drop(cleanup);
             }
             .instrument(span),
         );

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::cleanup::Cleanups;
 use super::keys::{range_kvs, revision, show};
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -200,18 +201,26 @@ pub(crate) async fn idempotent_txn(client: &Client, txn: Txn) -> Result<bool> {
     }
 }
 
-/// [`delete_if`] in a background task, for `Drop` (which cannot wait). Best effort: without a
-/// Tokio runtime (or if every attempt fails) the key stays until its lease ends.
-pub(crate) fn spawn_delete(client: Client, key: Vec<u8>, create_revision: i64) {
+/// [`delete_if`] in a background task, for `Drop` (which cannot wait), counted among the
+/// session's `cleanups` until done. Best effort: without a Tokio runtime (or if every attempt
+/// fails) the key stays until its lease ends.
+pub(crate) fn spawn_delete(
+    client: Client,
+    key: Vec<u8>,
+    create_revision: i64,
+    cleanups: &Cleanups,
+) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    let cleanup = cleanups.begin(&key);
     let span = tracing::debug_span!("etcd_ha::release", key = %show(&key));
     runtime.spawn(
         async move {
             if let Err(e) = delete_if(&client, &key, create_revision).await {
                 tracing::warn!(error = %e, "could not delete the key; it goes with its lease");
             }
+            drop(cleanup);
         }
         .instrument(span),
     );
