@@ -191,10 +191,12 @@ async fn an_election_campaign_and_observer_work_across_token_expiries() {
     let seen = timeout(PROMPT, observer.next()).await.unwrap().unwrap();
     assert_eq!(seen.unwrap().value, b"b");
     // The keep-alive stream needs no token renewal: etcd renews leases without checking it.
+    // (The keeper may still move it to a better member on a loaded box: that is no break.)
     assert_eq!(
-        client.keeper().streams_opened(),
-        1,
-        "keep-alive stream never broke"
+        client.keeper().streams_broken(),
+        0,
+        "keep-alive stream never broke ({} opened)",
+        client.keeper().streams_opened()
     );
     leader_b.resign().await.unwrap();
     session_a.close().await.unwrap();

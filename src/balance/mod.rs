@@ -296,9 +296,10 @@ impl Balancer {
         //
         // The same holds for a leader whose process is stopping (SIGTERM: etcd closes its
         // client listeners first, and only then hands leadership over and drops what followers
-        // forward meanwhile) or gone: it refuses connections, while the followers still name it
-        // and may even serve linearizable reads through it for a while. A refused connection
-        // since the loss says so; a leader merely cut off from us (a broken link) accepts them.
+        // forward during the transfer) or gone: it refuses connections, while the followers
+        // still name it and may even serve linearizable reads through it for a while. A refused
+        // connection since the loss says so; a leader merely cut off from us (a broken link)
+        // accepts them. See `stopping_but_leading` for the one way such an outage ends early.
         //
         // And for a leader that dropped our proposal since the loss (someone else's MoveLeader,
         // or etcd's own transfer at a graceful stop): it is healthy and followers can read
@@ -307,8 +308,9 @@ impl Balancer {
             e.raft().member_id == lost_id
                 && (e.is_draining()
                     || e.dropped_at().is_some_and(|t| t >= since)
-                    || (e.refused_at().is_some_and(|t| t >= since)
-                        && e.state() != HealthState::Healthy))
+                    || (e.refusals().is_some_and(|r| r.last >= since)
+                        && e.state() != HealthState::Healthy
+                        && !stopping_but_leading(e, &endpoints)))
         }) {
             return Some(since);
         }
@@ -319,7 +321,8 @@ impl Balancer {
         let over = endpoints.iter().any(|e| {
             let member = e.raft().member_id;
             (member != lost_id && e.linearizable_ok().is_some_and(|t| t > since))
-                || (member == lost_id && e.state() == HealthState::Healthy)
+                || (member == lost_id
+                    && (e.state() == HealthState::Healthy || stopping_but_leading(e, &endpoints)))
         });
         if over {
             self.leader.end_outage(lost_id, since);
@@ -672,4 +675,33 @@ impl ProbeSink for Balancer {
         // healthy again): publish that now, so that waiting calls go at once.
         self.leader_outage();
     }
+}
+/// How long a stopping leader takes to hand over when nothing holds its stop up: etcd closes
+/// its client listeners, then transfers leadership at once; the new leader is elected and
+/// reported by the followers within tens of ms on a quiet machine (29-324 ms measured on etcd
+/// 3.5.1 under load). 500 ms leaves room for a loaded box; a leader that still leads past it
+/// is one whose stop waits for something else.
+pub(crate) const STOP_HANDOVER: Duration = Duration::from_millis(500);
+
+/// Whether `leader`, which refuses our connections, has been stopping for longer than a quick
+/// hand-over and still leads: another member served a linearizable read that began
+/// [`STOP_HANDOVER`] after the first refusal.
+///
+/// etcd's graceful stop (SIGTERM) closes the client listeners, then waits for the RPCs in
+/// flight, other clients' watch and keep-alive streams included, up to its request timeout
+/// (7 s with default timing), and only then hands leadership over. For all that time the
+/// member refuses us but leads, and its followers forward writes to it as usual: waiting for
+/// a new leader would hold every leader-bound call to its deadline (etcd 3.6.16: a 2 s gap and
+/// errors at 1 call in flight, where Go's clientv3 lost nothing), so calls go through the
+/// followers. A quick stop hands over within [`STOP_HANDOVER`], before any read can prove
+/// this, and is waited out as before: writes forwarded during the transfer would be dropped.
+fn stopping_but_leading(leader: &Endpoint, endpoints: &[Arc<Endpoint>]) -> bool {
+    let Some(refusals) = leader.refusals() else {
+        return false;
+    };
+    let held_open = refusals.first + STOP_HANDOVER;
+    let member = leader.raft().member_id;
+    endpoints.iter().any(|e| {
+        e.raft().member_id != member && e.linearizable_ok().is_some_and(|t| t >= held_open)
+    })
 }

@@ -489,6 +489,64 @@ async fn a_leader_refusing_connections_is_waited_out_not_routed_around() {
     assert_eq!(balancer.leader_id(), 2);
 }
 
+/// A leader whose stop is held open (another client's watch keeps etcd's graceful stop
+/// waiting, up to its request timeout) refuses our connections but still leads, and its
+/// followers forward writes to it. Within a quick hand-over it is waited out as above; once a
+/// follower's read that began [`STOP_HANDOVER`] after the first refusal proves it still leads,
+/// leader-bound calls go through the followers, and its further refusals start no new wait.
+/// An answer from it ends the refusals, so a later stop counts from its own first refusal.
+#[tokio::test(start_paused = true)]
+async fn a_refusing_leader_that_outlives_a_quick_handover_is_reached_through_followers() {
+    use crate::balance::STOP_HANDOVER;
+    use std::io::ErrorKind::ConnectionRefused;
+
+    let transport = transport(Options::default());
+    let balancer = &transport.balancer;
+    let (lead, follower) = (leader(&transport), balancer.endpoints()[1].clone());
+    let names_the_leader = RaftView {
+        member_id: 2,
+        leader_id: 1,
+        raft_term: 1,
+        cluster_id: 7,
+        ..Default::default()
+    };
+
+    balancer.learn(&lead, &transport_error(ConnectionRefused));
+    tokio::time::advance(Duration::from_millis(100)).await;
+    follower.set_linearizable_ok(Instant::now());
+    balancer.record_status(&follower, names_the_leader).unwrap();
+    assert!(
+        balancer.leader_outage().is_some(),
+        "within a quick hand-over a refusing leader is waited out"
+    );
+
+    // Refusals go on, and past a quick hand-over a follower's read still goes through it.
+    tokio::time::advance(STOP_HANDOVER).await;
+    balancer.learn(&lead, &transport_error(ConnectionRefused));
+    assert!(balancer.leader_outage().is_some(), "no proof yet");
+    follower.set_linearizable_ok(Instant::now());
+    assert!(
+        balancer.leader_outage().is_none(),
+        "a stopping leader that still leads is reached through followers"
+    );
+    balancer.record_status(&follower, names_the_leader).unwrap();
+    tokio::time::advance(Duration::from_millis(20)).await;
+    balancer.learn(&lead, &transport_error(ConnectionRefused));
+    assert!(
+        balancer.leader_outage().is_none(),
+        "its next refusal starts no new wait"
+    );
+
+    // It answers again (restarted): its refusals are over, and a later stop starts anew, to
+    // be waited out for a quick hand-over again.
+    lead.on_success(Duration::from_millis(1));
+    assert!(lead.refusals().is_none());
+    tokio::time::advance(Duration::from_millis(20)).await;
+    let again = Instant::now();
+    lead.set_refused(again);
+    assert_eq!(lead.refusals().map(|r| r.first), Some(again));
+}
+
 /// A leader that dropped a proposal is handing leadership over (a MoveLeader by someone else,
 /// or etcd's own transfer when it stops): it stays healthy and followers still serve
 /// linearizable reads through it, but it drops what they forward. The outage holds until a new

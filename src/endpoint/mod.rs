@@ -83,11 +83,12 @@ pub(crate) struct Endpoint {
     /// Start time of the last probe whose linearizable read succeeded: proof that the leader
     /// this member follows was alive and reachable from it at that time.
     linearizable_ok: Mutex<Option<Instant>>,
-    /// When a connection to this member was last refused (nothing listens: the process is
-    /// stopping or gone). A leader that refuses connections is not merely cut off from us, so
-    /// followers that still name it must not be trusted to forward writes to it (see
+    /// The refusals of connections to this member since it last answered (nothing listens:
+    /// the process is stopping or gone): when the first and the last came. A leader that
+    /// refuses connections is not merely cut off from us, so followers that still name it are
+    /// trusted to forward writes to it only once it has outlived a quick hand-over (see
     /// `Balancer::leader_outage`).
-    refused_at: Mutex<Option<Instant>>,
+    refused: Mutex<Option<Refusals>>,
     /// When this member, leading, last dropped a proposal (raft's `ErrProposalDropped`): it is
     /// handing leadership over, and drops what followers forward to it too, silently, until the
     /// transfer ends (see `Balancer::leader_outage`).
@@ -170,7 +171,7 @@ impl Endpoint {
             health: Mutex::new(Health::new(config, Instant::now())),
             raft: Mutex::new(RaftView::default()),
             linearizable_ok: Mutex::new(None),
-            refused_at: Mutex::new(None),
+            refused: Mutex::new(None),
             dropped_at: Mutex::new(None),
             cancel,
             changes,
@@ -311,6 +312,7 @@ impl Endpoint {
     /// A request here succeeded in `latency`.
     pub(crate) fn on_success(&self, latency: Duration) {
         self.strikes.store(0, Ordering::Relaxed);
+        self.answered();
         self.with_health(|h| h.on_success(latency, Instant::now()));
     }
 
@@ -351,6 +353,7 @@ impl Endpoint {
     /// clears a suspicion raised before the probe was sent.
     pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
         let now = Instant::now();
+        self.answered();
         self.with_pace(|p| p.probe_answered(now.checked_sub(latency).unwrap_or(now)));
         self.with_health(|h| h.on_probe_ok(has_leader, latency, now));
     }
@@ -371,14 +374,21 @@ impl Endpoint {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A connection to this member was refused just now.
+    /// A connection to this member was refused at `now`.
     pub(crate) fn set_refused(&self, now: Instant) {
-        *self.refused_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let first = refused.map_or(now, |r| r.first);
+        *refused = Some(Refusals { first, last: now });
     }
 
-    /// When a connection to this member was last refused.
-    pub(crate) fn refused_at(&self) -> Option<Instant> {
-        *self.refused_at.lock().unwrap_or_else(|e| e.into_inner())
+    /// The refusals since this member last answered, if any.
+    pub(crate) fn refusals(&self) -> Option<Refusals> {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The member answered: whatever refused before is listening again.
+    fn answered(&self) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// This member, leading, dropped a proposal at `at`.
@@ -459,6 +469,16 @@ impl Endpoint {
             }
         })
     }
+}
+
+/// Connections to a member refused since it last answered: when the first and the last were.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refusals {
+    /// The first refusal since the member last answered: when its listener closed, as far as
+    /// we know (a stopping etcd closes it first, a gone one never reopens it).
+    pub(crate) first: Instant,
+    /// The latest refusal.
+    pub(crate) last: Instant,
 }
 
 /// A snapshot of one endpoint, from [`Client::endpoints`](crate::Client::endpoints).

@@ -224,6 +224,7 @@ mod tests {
             kept: Mutex::new(HashMap::new()),
             next_generation: AtomicU64::new(1),
             streams_opened: AtomicU64::new(0),
+            streams_broken: AtomicU64::new(0),
             stream_endpoint: Mutex::new(None),
         });
         let handle = Arc::new(Handle {

@@ -93,6 +93,9 @@ struct Shared {
     next_generation: AtomicU64,
     /// Keep-alive streams opened so far (one, unless failures forced reopening).
     streams_opened: AtomicU64,
+    /// Keep-alive streams that the server ended or that failed, as opposed to those the keeper
+    /// left for a better member (silence, ill health, a stall).
+    streams_broken: AtomicU64,
     /// URL of the member serving the stream now, for tests and debugging.
     stream_endpoint: Mutex<Option<Arc<str>>>,
 }
@@ -106,6 +109,7 @@ impl Keeper {
                 kept: Mutex::new(HashMap::new()),
                 next_generation: AtomicU64::new(1),
                 streams_opened: AtomicU64::new(0),
+                streams_broken: AtomicU64::new(0),
                 stream_endpoint: Mutex::new(None),
             }),
         }
@@ -217,6 +221,19 @@ impl Keeper {
         self.shared.streams_opened.load(Ordering::Relaxed)
     }
 
+    /// How many keep-alive streams ended by the server's doing: closed by it or failed with an
+    /// error (for tests: a stream the keeper moved to a better member does not count).
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// assert_eq!(client.keeper().streams_broken(), 0);
+    /// # }
+    /// ```
+    #[doc(hidden)]
+    pub fn streams_broken(&self) -> u64 {
+        self.shared.streams_broken.load(Ordering::Relaxed)
+    }
+
     /// The endpoint URL of the member serving the keep-alive stream now, if one is open (for
     /// tests: which member to fail).
     ///
@@ -247,6 +264,7 @@ impl fmt::Debug for Keeper {
                     .count(),
             )
             .field("streams_opened", &self.streams_opened())
+            .field("streams_broken", &self.streams_broken())
             .finish()
     }
 }

@@ -419,6 +419,9 @@ impl KeeperTask {
                     }
                 }
                 Ok(None) => {
+                    self.shared
+                        .streams_broken
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(
                         endpoint = %endpoint.url,
                         "keep-alive stream ended by the server; reopening",
@@ -426,6 +429,9 @@ impl KeeperTask {
                     self.lost_stream(&endpoint, Some(&Error::StreamClosed), opened, failures, now)
                 }
                 Err(error) => {
+                    self.shared
+                        .streams_broken
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(
                         endpoint = %endpoint.url,
                         %error,
