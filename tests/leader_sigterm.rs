@@ -69,28 +69,11 @@ async fn leader_sigterm_without_drain_reaches_only_ambiguous_writes() {
     let report = traffic.finish().await;
     report.print("SIGTERM of the leader without drain");
     println!("MEASURE the leader took {stopped:?} to stop after SIGTERM");
-    let errors = report.write_errors();
-    for (at, error) in &errors {
-        let after = at.saturating_duration_since(started);
-        println!("MEASURE write error {after:?} after SIGTERM: {error}");
-        assert!(
-            is_ambiguous(error),
-            "a write error that should have been resent: {error}"
-        );
-        // Only the puts in flight when etcd closed its connections (a few ms after SIGTERM)
-        // may fail. A put sent later waits for the new leader: it is never forwarded by a
-        // follower to the refusing old leader, which would drop it during its handover and
-        // leave it to time out a second later (seen before the refused connection counted).
-        assert!(
-            after < IN_FLIGHT_AT_CLOSE,
-            "a put sent after the leader closed its connections failed: {error} after {after:?}"
-        );
-    }
-    assert!(
-        errors.len() <= WRITERS,
-        "at most one put in flight per writer can fail, got {}",
-        errors.len()
-    );
+    // Only the puts in flight when etcd closed its connections (a few ms after SIGTERM) may
+    // fail. A put sent later waits for the new leader: it is never forwarded by a follower to
+    // the refusing old leader, which would drop it during its handover and leave it to time
+    // out a second later (seen before the refused connection counted).
+    check_write_errors(&report, started, None, WRITERS);
     report.assert_all_but_writes_clean();
 }
 
@@ -170,32 +153,16 @@ async fn leader_sigterm_held_open_by_another_clients_stream_goes_on_through_foll
     // then is dropped by raft, silently, and times out (ambiguous: no client can tell). Those
     // are the only failures allowed after the connections closed, one per writer at most. A
     // quick stop gets no such allowance: puts wait for its new leader, as in the test above.
+    let handover = started + stopped.saturating_sub(WRITE_DEADLINE + HANDOVER_SLACK);
     let handover = if held_open {
-        started + stopped.saturating_sub(WRITE_DEADLINE + HANDOVER_SLACK)
+        handover
     } else {
-        started + stopped + Duration::from_secs(60)
+        started + stopped
     };
-    let errors = report.write_errors();
-    for (at, error) in &errors {
-        let after = at.saturating_duration_since(started);
-        println!("MEASURE write error {after:?} after SIGTERM: {error}");
-        assert!(
-            is_ambiguous(error),
-            "a write error that should have been resent: {error}"
-        );
-        assert!(
-            after < IN_FLIGHT_AT_CLOSE || *at >= handover,
-            "a put failed while the stopping leader still led: {error} after {after:?}"
-        );
-    }
-    assert!(
-        errors.len() <= 2 * WRITERS,
-        "at most one put per writer at the close and one at the hand-over, got {}",
-        errors.len()
-    );
+    check_write_errors(&report, started, held_open.then_some(handover), 2 * WRITERS);
     // Until the hand-over, a put waits no longer than a quick hand-over would take.
     for (i, writer) in report.writers.iter().enumerate() {
-        let (gap, at) = writer.longest_gap_in(started, handover.min(started + stopped));
+        let (gap, at) = writer.longest_gap_in(started, handover);
         println!(
             "MEASURE writer {i}: longest gap {gap:?}, {:?} after SIGTERM",
             at.saturating_duration_since(started)
@@ -206,6 +173,35 @@ async fn leader_sigterm_held_open_by_another_clients_stream_goes_on_through_foll
         );
     }
     report.assert_all_but_writes_clean();
+}
+
+/// Every write error of `report` is ambiguous, came from a put in flight when etcd closed its
+/// connections (or, from `handover` on, one a follower forwarded during the hand-over), and
+/// there are at most `at_most` of them.
+fn check_write_errors(
+    report: &support::traffic::Report,
+    started: Instant,
+    handover: Option<Instant>,
+    at_most: usize,
+) {
+    let errors = report.write_errors();
+    for (at, error) in &errors {
+        let after = at.saturating_duration_since(started);
+        println!("MEASURE write error {after:?} after SIGTERM: {error}");
+        assert!(
+            is_ambiguous(error),
+            "a write error that should have been resent: {error}"
+        );
+        assert!(
+            after < IN_FLIGHT_AT_CLOSE || handover.is_some_and(|h| *at >= h),
+            "a put sent after the leader closed its connections failed: {error} after {after:?}"
+        );
+    }
+    assert!(
+        errors.len() <= at_most,
+        "at most {at_most} puts in flight at the close (and the hand-over) can fail, got {}",
+        errors.len()
+    );
 }
 
 /// Whether etcd `version`'s graceful stop waits for other clients' open streams (up to its

@@ -223,6 +223,7 @@ mod tests {
             task: Mutex::new(None),
             kept: Mutex::new(HashMap::new()),
             next_generation: AtomicU64::new(1),
+            sweep_at: std::sync::atomic::AtomicUsize::new(0),
             streams_opened: AtomicU64::new(0),
             streams_broken: AtomicU64::new(0),
             stream_endpoint: Mutex::new(None),
