@@ -12,7 +12,7 @@
 //! (which drops them silently while it hands over: they would time out). Unless the stop is
 //! held open: another client's stream keeps etcd's `GracefulStop` waiting up to its request
 //! timeout (7 s), and all that time the refusing member still leads; once it has led for
-//! longer than a quick hand-over (`STOP_HANDOVER`, 500 ms) and a follower's read proves it,
+//! longer than a quick hand-over (`STOP_HANDOVER`, 150 ms) and a follower's read proves it,
 //! puts go through the followers (the second test). What cannot be
 //! hidden: a put still waiting for its answer when etcd closes a connection (etcd logs
 //! "failed to write status: transport is closing": it was applied) may or may not be applied,

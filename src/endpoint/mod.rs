@@ -89,6 +89,8 @@ pub(crate) struct Endpoint {
     /// trusted to forward writes to it only once it has outlived a quick hand-over (see
     /// `Balancer::leader_outage`).
     refused: Mutex<Option<Refusals>>,
+    /// Whether `refused` may hold refusals: lets every answer skip its lock (the common case).
+    may_be_refusing: AtomicBool,
     /// When this member, leading, last dropped a proposal (raft's `ErrProposalDropped`): it is
     /// handing leadership over, and drops what followers forward to it too, silently, until the
     /// transfer ends (see `Balancer::leader_outage`).
@@ -172,6 +174,7 @@ impl Endpoint {
             raft: Mutex::new(RaftView::default()),
             linearizable_ok: Mutex::new(None),
             refused: Mutex::new(None),
+            may_be_refusing: AtomicBool::new(false),
             dropped_at: Mutex::new(None),
             cancel,
             changes,
@@ -379,6 +382,7 @@ impl Endpoint {
         let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         let first = refused.map_or(now, |r| r.first);
         *refused = Some(Refusals { first, last: now });
+        self.may_be_refusing.store(true, Ordering::Release);
     }
 
     /// The refusals since this member last answered, if any.
@@ -388,7 +392,11 @@ impl Endpoint {
 
     /// The member answered: whatever refused before is listening again.
     fn answered(&self) {
-        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        // Set after the refusal is written: a refusal racing this answer is either cleared
+        // with it or left with the flag up, never hidden behind a lowered flag.
+        if self.may_be_refusing.swap(false, Ordering::AcqRel) {
+            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 
     /// This member, leading, dropped a proposal at `at`.
