@@ -449,8 +449,10 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
                         one_cluster(transport, &mut attempts, settle).await?;
                         return Ok(ep.url.clone());
                     }
-                    // A member of another cluster than the one reached first: refused.
-                    Err(err) => last = err,
+                    // A member of another cluster than one reached already (by this loop,
+                    // or by a prober that answered first): the list mixes clusters, refused
+                    // whichever answered first.
+                    Err(err) => return Err(err),
                 }
             }
             Ok(Some((ep, _, Err(status)))) => {
@@ -469,7 +471,8 @@ async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
 type StatusResult = std::result::Result<tonic::Response<StatusResponse>, tonic::Status>;
 
 /// How long, past twice the first answer's latency, the other members' first answers are
-/// awaited at connect: members of one cluster on one network answer within it.
+/// awaited at connect: members of one cluster on one network answer within it. (The probers
+/// start at once too: an answer they record first still fails the connect, see above.)
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The Status answers that come until `settle`: one from another cluster than the first fails
