@@ -30,6 +30,22 @@ async fn prompt<T>(what: &str, f: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what} did not finish within {PROMPT:?}"))
 }
 
+/// A client whose only endpoint is a fault proxy in front of the leader (no member sync, so it
+/// stays on the proxy), and the proxy, to slow its link down.
+async fn client_on_a_proxied_leader(
+    cluster: &etcd_ha::testkit::Cluster,
+) -> (etcd_ha::testkit::FaultProxy, Client) {
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let proxy = etcd_ha::testkit::FaultProxy::start(cluster.client_addr(leader)).unwrap();
+    let client = Client::connect(
+        [proxy.url("http")],
+        etcd_ha::Options::new().without_member_sync(),
+    )
+    .await
+    .unwrap();
+    (proxy, client)
+}
+
 /// Checks that `waiter` is still blocked after [`STILL_WAITING`].
 async fn assert_waiting<T>(what: &str, waiter: &JoinHandle<T>) {
     tokio::time::sleep(STILL_WAITING).await;
@@ -369,17 +385,10 @@ async fn lock_is_released_when_its_session_is_closed_or_lost() {
 /// the session, and every other candidate waited behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_or_lock_abandoned_in_flight_leaves_no_key() {
-    use etcd_ha::testkit::{FaultProxy, Mode};
+    use etcd_ha::testkit::Mode;
 
     let cluster = support::cluster3().await;
-    let leader = cluster.leader(support::READY).await.unwrap();
-    let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
-    let slow = Client::connect(
-        [proxy.url("http")],
-        etcd_ha::Options::new().without_member_sync(),
-    )
-    .await
-    .unwrap();
+    let (proxy, slow) = client_on_a_proxied_leader(&cluster).await;
     let other = support::client(&cluster).await;
     let session = Session::new(&slow, TTL).await.unwrap();
     let rival = Session::new(&other, TTL).await.unwrap();
@@ -440,17 +449,10 @@ async fn a_campaign_or_lock_abandoned_in_flight_leaves_no_key() {
 /// one, so without that order the withdrawal lands ~150 ms after the next campaign won.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_campaign_or_lock_of_a_session_outlives_the_withdrawal_of_an_abandoned_one() {
-    use etcd_ha::testkit::{FaultProxy, Mode};
+    use etcd_ha::testkit::Mode;
 
     let cluster = support::cluster3().await;
-    let leader = cluster.leader(support::READY).await.unwrap();
-    let proxy = FaultProxy::start(cluster.client_addr(leader)).unwrap();
-    let slow = Client::connect(
-        [proxy.url("http")],
-        etcd_ha::Options::new().without_member_sync(),
-    )
-    .await
-    .unwrap();
+    let (proxy, slow) = client_on_a_proxied_leader(&cluster).await;
     let fast = support::client(&cluster).await;
     let session = Session::new(&slow, TTL).await.unwrap();
     let election_name = support::unique("withdrawn-then-won");

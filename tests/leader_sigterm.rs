@@ -59,12 +59,7 @@ async fn leader_sigterm_without_drain_reaches_only_ambiguous_writes() {
     let started = Instant::now();
     cluster.terminate(leader).await;
     let stopped = started.elapsed();
-    let next = cluster.leader(support::READY).await.unwrap();
-    assert_ne!(next, leader);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    cluster.restart(leader).await.expect("restart");
-    support::all_healthy(&client).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    after_the_stop(&mut cluster, &client, leader).await;
 
     let report = traffic.finish().await;
     report.print("SIGTERM of the leader without drain");
@@ -123,13 +118,8 @@ async fn leader_sigterm_held_open_by_another_clients_stream_goes_on_through_foll
     let started = Instant::now();
     cluster.terminate(leader).await;
     let stopped = started.elapsed();
-    let next = cluster.leader(support::READY).await.unwrap();
-    assert_ne!(next, leader);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
     drop((requests, held_open));
-    cluster.restart(leader).await.expect("restart");
-    support::all_healthy(&client).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    after_the_stop(&mut cluster, &client, leader).await;
 
     let report = traffic.finish().await;
     report.print("SIGTERM of the leader held open by another client's stream");
@@ -173,6 +163,21 @@ async fn leader_sigterm_held_open_by_another_clients_stream_goes_on_through_foll
         );
     }
     report.assert_all_but_writes_clean();
+}
+
+/// After the stopped `leader`: another member leads; a moment later the old one starts
+/// again, and the client sees every member healthy.
+async fn after_the_stop(
+    cluster: &mut etcd_ha::testkit::Cluster,
+    client: &etcd_ha::Client,
+    leader: usize,
+) {
+    let next = cluster.leader(support::READY).await.unwrap();
+    assert_ne!(next, leader);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    cluster.restart(leader).await.expect("restart");
+    support::all_healthy(client).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
 /// Every write error of `report` is ambiguous, came from a put in flight when etcd closed its

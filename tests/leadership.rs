@@ -253,7 +253,8 @@ async fn leadership_is_lost_and_held_again_after_all_members_restart() {
         }
         let reacquired = held_at.saturating_duration_since(back);
         eprintln!(
-            "run {run} (members down {}): holder {holder} lost {:?} after the kill ({reason}); quorum back {:?} after the kill; \
+            "run {run} (members down {}): holder {holder} lost {:?} after the kill ({reason}); \
+             quorum back {:?} after the kill; \
              candidate {who} held again {reacquired:?} after quorum was back",
             if down_longer_than_ttl {
                 "longer than the TTL"
@@ -275,7 +276,8 @@ async fn leadership_is_lost_and_held_again_after_all_members_restart() {
         );
         assert!(
             reacquired <= REACQUIRE_BOUND,
-            "run {run}: held again {reacquired:?} after quorum was back, more than {REACQUIRE_BOUND:?}"
+            "run {run}: held again {reacquired:?} after quorum was back, \
+             more than {REACQUIRE_BOUND:?}"
         );
         reacquired_after.push((down_longer_than_ttl, reacquired));
         (holder, revision) = (who, new_revision);
@@ -292,7 +294,8 @@ async fn leadership_is_lost_and_held_again_after_all_members_restart() {
             .collect();
         let (median, max) = stats(&samples);
         eprintln!(
-            "MEASURE all members {what}: leadership held again after quorum back: median {median:?}, max {max:?} over {} runs",
+            "MEASURE all members {what}: leadership held again after quorum back: \
+             median {median:?}, max {max:?} over {} runs",
             samples.len()
         );
     }
@@ -346,7 +349,8 @@ async fn no_two_leaders_when_the_holders_member_freezes() {
         cluster.cont(holder);
         let takeover = t2.duration_since(fault);
         eprintln!(
-            "freeze run {run}: holder {holder} lost {:?} after the fault ({reason}); candidate {who} won {takeover:?} after it, {:?} after the loss",
+            "freeze run {run}: holder {holder} lost {:?} after the fault ({reason}); \
+             candidate {who} won {takeover:?} after it, {:?} after the loss",
             t1.duration_since(fault),
             t2.saturating_duration_since(t1),
         );
@@ -365,12 +369,14 @@ async fn no_two_leaders_when_the_holders_member_freezes() {
     }
     let (median, max) = stats(&takeovers);
     eprintln!(
-        "MEASURE holder's member frozen: follower took over after the fault: median {median:?}, max {max:?} over {} runs",
+        "MEASURE holder's member frozen: follower took over after the fault: \
+         median {median:?}, max {max:?} over {} runs",
         takeovers.len()
     );
     let (median, max) = stats(&gaps);
     eprintln!(
-        "MEASURE holder's member frozen: from the holder's loss to the new leader: median {median:?}, max {max:?}"
+        "MEASURE holder's member frozen: from the holder's loss to the new leader: \
+         median {median:?}, max {max:?}"
     );
 }
 
@@ -407,7 +413,8 @@ async fn no_two_leaders_when_the_holder_is_cut_off() {
         proxies[holder].set_mode(Mode::Pass);
         let takeover = t2.duration_since(fault);
         eprintln!(
-            "cut-off run {run}: holder {holder} lost {:?} after the fault ({reason}); candidate {who} won {takeover:?} after it, {:?} after the loss",
+            "cut-off run {run}: holder {holder} lost {:?} after the fault ({reason}); \
+             candidate {who} won {takeover:?} after it, {:?} after the loss",
             t1.duration_since(fault),
             t2.saturating_duration_since(t1),
         );
@@ -426,12 +433,14 @@ async fn no_two_leaders_when_the_holder_is_cut_off() {
     }
     let (median, max) = stats(&takeovers);
     eprintln!(
-        "MEASURE holder cut off: follower took over after the fault: median {median:?}, max {max:?} over {} runs",
+        "MEASURE holder cut off: follower took over after the fault: \
+         median {median:?}, max {max:?} over {} runs",
         takeovers.len()
     );
     let (median, max) = stats(&gaps);
     eprintln!(
-        "MEASURE holder cut off: from the holder's loss to the new leader: median {median:?}, max {max:?}"
+        "MEASURE holder cut off: from the holder's loss to the new leader: \
+         median {median:?}, max {max:?}"
     );
 }
 

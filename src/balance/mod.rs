@@ -676,6 +676,7 @@ impl ProbeSink for Balancer {
         self.leader_outage();
     }
 }
+
 /// How long a stopping leader takes to hand over when nothing holds its stop up: etcd closes
 /// its client listeners, then transfers leadership at once; the new leader is elected and
 /// reported by the followers within tens of ms (52-54 ms measured on etcd 3.6.16 with two
