@@ -20,6 +20,14 @@ etcd=$target/etcd
 
 log() { echo "etcd-go.sh: $*" >&2; }
 
+# One provisioning per version at a time, across processes: tests that need the same version run
+# in parallel, and a second run that replaced the directory under the first's feet made the first
+# one's path vanish (CI: "No such file or directory" right after a successful build). The others
+# wait here, then find the binary cached below.
+mkdir -p "$cache"
+exec 9>"$cache/.etcd-v$version.lock"
+flock 9
+
 # The whole output first: `grep -q` under pipefail can kill etcd mid-write (SIGPIPE).
 if [[ -x $etcd ]] && [[ $("$etcd" --version 2>/dev/null) == *"etcd Version: $version"* ]]; then
     echo "$etcd"
