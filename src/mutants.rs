@@ -5,31 +5,81 @@
 //! - `resend-ambiguous`: send a write again after an ambiguous failure (a timeout, a lost
 //!   connection), the bug Jepsen found in jetcd 0.8.2; a write applied by the first attempt is
 //!   then applied twice.
+//! - `resend-deletes`: the same for deletes only, as a client does that takes a delete for
+//!   idempotent (it is not: a resent delete removes a value written in between).
+//! - `resume-at-last`: a managed watch resumes *at* the last revision it delivered instead of
+//!   the one after it, so that revision's events come twice.
+//! - `skip-monotonic-guard`: serializable reads take whatever a member answers, even below a
+//!   revision the client has already seen.
+//! - `lease-no-local-expiry`: a kept lease is believed alive past its local expiry, until a
+//!   server says otherwise (which a stopped keeper never hears).
+//! - `from-now-stale`: a watch "from now" starts right after the client's last seen revision,
+//!   however old, and replays what was written since (the defect of issue 18).
 //! - `cancel-txns`: cancel a txn in flight when its caller gives up, even on a member that
 //!   crashes for it (etcd 3.5.0-3.5.4, issue 14110; see `endpoint/version.rs`).
 
 use std::sync::OnceLock;
 
+/// Every mutant this build knows, by the name `ETCD_HA_MUTANT` gives it.
+const KNOWN: [&str; 7] = [
+    "resend-ambiguous",
+    "resend-deletes",
+    "resume-at-last",
+    "skip-monotonic-guard",
+    "lease-no-local-expiry",
+    "from-now-stale",
+    "cancel-txns",
+];
+
+/// The mutant named by `ETCD_HA_MUTANT`, read once; a name no mutant has is a mistake in the
+/// run's setup, so it stops the process instead of silently testing the correct client.
+fn chosen() -> Option<&'static str> {
+    static CHOSEN: OnceLock<Option<&'static str>> = OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let name = std::env::var("ETCD_HA_MUTANT").ok()?;
+        let Some(known) = KNOWN.iter().find(|k| **k == name) else {
+            panic!("ETCD_HA_MUTANT={name:?} is no mutant; known: {KNOWN:?}");
+        };
+        tracing::warn!(mutant = known, "a known client bug is put back on purpose");
+        Some(known)
+    })
+}
+
+fn is(name: &str) -> bool {
+    chosen() == Some(name)
+}
+
 /// Whether the `resend-ambiguous` bug is on.
 pub(crate) fn resend_ambiguous() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        let on = std::env::var("ETCD_HA_MUTANT").is_ok_and(|m| m == "resend-ambiguous");
-        if on {
-            tracing::warn!("mutant on: writes are sent again after ambiguous failures");
-        }
-        on
-    })
+    is("resend-ambiguous")
+}
+
+/// Whether the `resend-deletes` bug is on.
+pub(crate) fn resend_deletes() -> bool {
+    is("resend-deletes")
+}
+
+/// Whether the `resume-at-last` bug is on.
+pub(crate) fn resume_at_last() -> bool {
+    is("resume-at-last")
+}
+
+/// Whether the `skip-monotonic-guard` bug is on.
+pub(crate) fn skip_monotonic_guard() -> bool {
+    is("skip-monotonic-guard")
+}
+
+/// Whether the `lease-no-local-expiry` bug is on.
+pub(crate) fn lease_no_local_expiry() -> bool {
+    is("lease-no-local-expiry")
+}
+
+/// Whether the `from-now-stale` bug is on.
+pub(crate) fn from_now_stale() -> bool {
+    is("from-now-stale")
 }
 
 /// Whether the `cancel-txns` bug is on.
 pub(crate) fn cancel_txns() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        let on = std::env::var("ETCD_HA_MUTANT").is_ok_and(|m| m == "cancel-txns");
-        if on {
-            tracing::warn!("mutant on: txns are canceled in flight on every server version");
-        }
-        on
-    })
+    is("cancel-txns")
 }

@@ -81,7 +81,10 @@ impl RetryPolicy {
             return Decision::Retry;
         }
         #[cfg(feature = "mutants")]
-        if crate::mutants::resend_ambiguous() && error.is_retryable() {
+        if error.is_retryable()
+            && (crate::mutants::resend_ambiguous()
+                || (crate::mutants::resend_deletes() && rpc == Rpc::DeleteRange))
+        {
             return Decision::Retry;
         }
         match rpc.idempotency() {

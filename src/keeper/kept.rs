@@ -152,6 +152,14 @@ impl KeptLease {
                 }
                 v.expires_at
             };
+            #[cfg(feature = "mutants")]
+            if crate::mutants::lease_no_local_expiry() {
+                // The bug: only the server's word ends the lease.
+                if view.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                continue;
+            }
             tokio::select! {
                 // The local expiry, kept by this waiter itself: it holds even if the keeper
                 // task is gone.

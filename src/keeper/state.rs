@@ -70,6 +70,10 @@ impl View {
     /// Whether the lease is lost at `now`: marked so, or its local expiry has passed (a handle
     /// does not wait for the task to notice).
     pub(crate) fn is_lost(&self, now: Instant) -> bool {
+        #[cfg(feature = "mutants")]
+        if crate::mutants::lease_no_local_expiry() {
+            return self.lost.is_some();
+        }
         self.lost.is_some() || now >= self.expires_at
     }
 }
@@ -292,6 +296,10 @@ impl Table {
     /// nearest to expiry first. O(log n) per lease expired.
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<i64> {
         let mut expired = Vec::new();
+        #[cfg(feature = "mutants")]
+        if crate::mutants::lease_no_local_expiry() {
+            return expired;
+        }
         // No lease in the table is marked lost (it is dropped when marked), so its view is
         // lost at `now` exactly when its expiry has passed.
         while let Some((at, id)) = self.queues.first_expiry() {

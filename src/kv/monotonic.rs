@@ -39,6 +39,10 @@ use crate::proto::etcdserverpb::{RequestOp, ResponseHeader, TxnRequest, request_
 /// The revision a read must not go below: `Some` when the guard is on, the read is
 /// serializable and the client has seen a revision.
 pub(crate) fn floor(enabled: bool, serializable: bool, seen: i64) -> Option<i64> {
+    #[cfg(feature = "mutants")]
+    if crate::mutants::skip_monotonic_guard() {
+        return None;
+    }
     (enabled && serializable && seen > 0).then_some(seen)
 }
 

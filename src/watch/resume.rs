@@ -70,6 +70,10 @@ impl Cursor {
     /// (which starting at `floor + 1` did when `floor` was old: every write since then came
     /// again, or `Compacted` at once), nor one that a lagging member applies late.
     pub(crate) fn from_now(floor: i64, max_bytes: usize) -> Self {
+        #[cfg(feature = "mutants")]
+        if crate::mutants::from_now_stale() && floor > 0 {
+            return Cursor::new(floor.saturating_add(1), max_bytes);
+        }
         Cursor {
             floor: floor.max(0),
             ..Cursor::new(0, max_bytes)
@@ -85,6 +89,10 @@ impl Cursor {
     /// The start revision of the next create request: right after what was handed over, or 0
     /// ("from now") while the watch is not pinned yet.
     pub(crate) fn resume_from(&self) -> i64 {
+        #[cfg(feature = "mutants")]
+        if crate::mutants::resume_at_last() {
+            return self.revision.unwrap_or(0);
+        }
         // Saturating: a revision is a server's value, and i64::MAX must not panic.
         self.revision.map_or(0, |r| r.saturating_add(1))
     }

@@ -1,7 +1,9 @@
-//! The fault scheduler: random faults, one at a time, drawn from the seed, each healed before
-//! the next: SIGKILL + restart, SIGSTOP/SIGCONT, client-link blackhole and reset (the fault
-//! proxy), peer partition (network namespaces), restart of every member, compaction,
-//! defragment, MoveLeader, member add/remove, and auth token invalidation.
+//! The fault scheduler: random faults drawn from the seed, each healed before the next:
+//! SIGKILL + restart, SIGTERM (a graceful stop) + restart, SIGSTOP/SIGCONT, client-link
+//! blackhole, reset and latency (the fault proxy), peer partition (network namespaces),
+//! restart of every member, compaction, defragment, MoveLeader, member add/remove, auth token
+//! invalidation, and two at once (one member's client link and another member's process or
+//! peer links).
 
 use std::time::Duration;
 
@@ -17,11 +19,15 @@ use crate::truth::Collectors;
 pub enum Fault {
     KillLeader,
     KillFollower,
+    TerminateLeader,
+    TerminateFollower,
     FreezeLeader,
     FreezeFollower,
     BlackholeLeaderLink,
     ResetLeaderLink,
     BlackholeFollowerLink,
+    SlowLeaderLink,
+    SlowFollowerLink,
     PartitionLeader,
     PartitionFollower,
     RestartAll,
@@ -30,17 +36,22 @@ pub enum Fault {
     MoveLeader,
     AddRemoveMember,
     InvalidateTokens,
+    TwoAtOnce,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 15] = [
+    pub const ALL: [Fault; 20] = [
         Fault::KillLeader,
         Fault::KillFollower,
+        Fault::TerminateLeader,
+        Fault::TerminateFollower,
         Fault::FreezeLeader,
         Fault::FreezeFollower,
         Fault::BlackholeLeaderLink,
         Fault::ResetLeaderLink,
         Fault::BlackholeFollowerLink,
+        Fault::SlowLeaderLink,
+        Fault::SlowFollowerLink,
         Fault::PartitionLeader,
         Fault::PartitionFollower,
         Fault::RestartAll,
@@ -49,6 +60,7 @@ impl Fault {
         Fault::MoveLeader,
         Fault::AddRemoveMember,
         Fault::InvalidateTokens,
+        Fault::TwoAtOnce,
     ];
 }
 
@@ -127,6 +139,69 @@ async fn inject(
             (
                 Some(i),
                 restarted.err().map(|e| e.to_string()).unwrap_or_default(),
+            )
+        }
+        Fault::TerminateLeader | Fault::TerminateFollower => {
+            // A graceful stop: the member hands leadership over and closes its streams (or,
+            // on etcd 3.5.35+, holds the stop open while other clients' streams are open).
+            let i = if fault == Fault::TerminateLeader {
+                leader
+            } else {
+                follower
+            };
+            cluster.terminate(i).await;
+            tokio::time::sleep(hold).await;
+            let restarted = cluster.restart(i).await;
+            (
+                Some(i),
+                restarted.err().map(|e| e.to_string()).unwrap_or_default(),
+            )
+        }
+        Fault::SlowLeaderLink | Fault::SlowFollowerLink => {
+            let i = if fault == Fault::SlowLeaderLink {
+                leader
+            } else {
+                follower
+            };
+            let delay = Duration::from_millis(rng.u64(50..400));
+            target.proxies[i].set_mode(Mode::Latency(delay));
+            tokio::time::sleep(hold).await;
+            target.proxies[i].set_mode(Mode::Pass);
+            (Some(i), format!("{delay:?} each way"))
+        }
+        Fault::TwoAtOnce => {
+            // One member's client link goes bad while another member is killed, frozen or
+            // cut off from its peers: a quorum stays, but not where the clients look first.
+            let link = rng.usize(..n);
+            let other = (link + 1 + rng.usize(..n - 1)) % n;
+            let mode = match rng.usize(..3) {
+                0 => Mode::Blackhole,
+                1 => Mode::Reset,
+                _ => Mode::Latency(Duration::from_millis(rng.u64(50..400))),
+            };
+            target.proxies[link].set_mode(mode);
+            let what = match rng.usize(..3) {
+                0 => {
+                    cluster.kill(other);
+                    tokio::time::sleep(hold).await;
+                    format!("killed: {:?}", cluster.restart(other).await.err())
+                }
+                1 => {
+                    cluster.stop(other);
+                    tokio::time::sleep(hold).await;
+                    cluster.cont(other);
+                    "frozen".to_string()
+                }
+                _ => {
+                    let done = cluster.partition(other);
+                    tokio::time::sleep(hold).await;
+                    format!("partitioned: {:?} {:?}", done.err(), cluster.heal(other).err())
+                }
+            };
+            target.proxies[link].set_mode(Mode::Pass);
+            (
+                Some(other),
+                format!("member {link}'s client link {mode:?}; member {other} {what}"),
             )
         }
         Fault::FreezeLeader | Fault::FreezeFollower => {

@@ -42,6 +42,11 @@ pub struct History {
     pub faults: Vec<FaultLog>,
     /// When the workload stopped (the end of every interval still open then).
     pub end: Nanos,
+    /// The key of the last write under the prefix, made after the workload stopped, which
+    /// every watch still open must deliver before the run ends (`None` in histories recorded
+    /// before the liveness check existed: their open watches are not judged for liveness).
+    #[serde(default)]
+    pub end_marker: Option<String>,
 }
 
 /// One KV operation of one logical process. A process runs one operation at a time, so two
@@ -214,6 +219,11 @@ pub struct WatchLog {
     /// `None` when the creation never answered.
     pub created_revision: Option<i64>,
     pub created_at: Nanos,
+    /// Whether `watch()` returned a stream (a failed creation is a typed error the caller
+    /// retries; a stream that then ends with an error is judged). `false` in histories
+    /// recorded before this was: their endings are not judged.
+    #[serde(default)]
+    pub established: bool,
     /// Everything delivered to the caller, in order.
     pub deliveries: Vec<Delivery>,
     /// How it ended (`None`: still running when the workload stopped).

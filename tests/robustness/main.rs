@@ -161,6 +161,11 @@ struct Totals {
     watch_events: usize,
     holds: usize,
     leases: usize,
+    monotonic_reads: usize,
+    deletes_explained: usize,
+    from_now_watches: usize,
+    live_watches: usize,
+    compacted_watches: usize,
     faults: BTreeMap<String, usize>,
     violations: BTreeMap<String, Vec<u64>>,
     failed: Vec<u64>,
@@ -181,6 +186,11 @@ impl Totals {
         self.watch_events += report.stats.watch_events;
         self.holds += report.stats.holds;
         self.leases += report.stats.leases;
+        self.monotonic_reads += report.stats.monotonic_reads;
+        self.deletes_explained += report.stats.deletes_explained;
+        self.from_now_watches += report.stats.from_now_watches;
+        self.live_watches += report.stats.live_watches;
+        self.compacted_watches += report.stats.compacted_watches;
         self.slowest_search = self.slowest_search.max(report.stats.search_time);
         for fault in &history.faults {
             *self.faults.entry(fault.kind.clone()).or_default() += 1;
@@ -221,6 +231,16 @@ impl std::fmt::Display for Totals {
             f,
             "  truth events {}, watch events {}, holds {}, leases {}, slowest linearizability search {:?}",
             self.truth_events, self.watch_events, self.holds, self.leases, self.slowest_search
+        )?;
+        writeln!(
+            f,
+            "  monotonic reads {}, deletes explained {}, watches from now {}, open to the end {}, \
+             compacted {}",
+            self.monotonic_reads,
+            self.deletes_explained,
+            self.from_now_watches,
+            self.live_watches,
+            self.compacted_watches
         )?;
         let faults: Vec<String> = self
             .faults

@@ -1,7 +1,9 @@
 //! One seed, start to end: a 3-member cluster in its own network namespaces, fault proxies
-//! in front of it, two clients through the proxies, the ground-truth collectors, the workload
-//! and the fault scheduler; then everything healed, a final write pins the last revision, and
-//! the members' hashes of the keyspace must agree.
+//! in front of it, three clients through the proxies (two busy, one idle but for its watches
+//! "from now"), the ground-truth collectors, the workload and the fault scheduler; then
+//! everything healed, the workload stopped, an end marker written that every open watch must
+//! deliver, a final write pins the last revision, and the members' hashes of the keyspace must
+//! agree.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -75,17 +77,22 @@ pub async fn run(config: Config) -> Result<History, String> {
             .map_err(|e| format!("client: {e}"))?;
         clients.push(client);
     }
+    let idle = Client::connect(proxied.clone(), options.clone().without_member_sync())
+        .await
+        .map_err(|e| format!("idle client: {e}"))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (finish, finished) = tokio::sync::watch::channel(false);
     let ctx = Ctx {
         seed: config.seed,
         prefix: prefix.clone(),
         recorder: recorder.clone(),
         stop: stopped,
+        finish: finished,
         watches: Arc::new(Mutex::new(Vec::new())),
         leases: Arc::new(Mutex::new(Vec::new())),
         holds: Arc::new(Mutex::new(Vec::new())),
     };
-    let mut tasks = workload::start(&ctx, &clients);
+    let mut tasks = workload::start(&ctx, &clients, &idle);
 
     let mut rng = fastrand::Rng::with_seed(config.seed);
     let auth = cluster.auth().map(|(u, p)| (u.to_owned(), p.to_owned()));
@@ -106,6 +113,17 @@ pub async fn run(config: Config) -> Result<History, String> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let end = recorder.now();
     let _ = stop.send(true);
+    // The end marker, under every watched prefix: the open watches follow until they deliver
+    // it, for at most WATCH_DRAIN (the liveness check judges the ones that did not).
+    let end_marker = workload::watch::end_marker(&prefix);
+    write_end_marker(&ctx, &admin, &end_marker).await?;
+    let drained = tokio::time::timeout(WATCH_DRAIN, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        let _ = finish.send(true);
+    }
     let joined = tokio::time::timeout(Duration::from_secs(30), async {
         while tasks.join_next().await.is_some() {}
     })
@@ -143,8 +161,42 @@ pub async fn run(config: Config) -> Result<History, String> {
         start_revision,
         faults,
         end,
+        end_marker: Some(end_marker),
     })
 }
+
+/// How long open watches get to deliver the end marker once it is written (a healthy
+/// cluster, after a second of calm: a live watch needs milliseconds).
+const WATCH_DRAIN: Duration = Duration::from_secs(10);
+
+/// Put the end marker (a recorded operation, so the truth checks know its value), again
+/// with a new value if a try fails.
+async fn write_end_marker(ctx: &Ctx, admin: &Client, key: &str) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    for attempt in 1.. {
+        let request = crate::history::Request::Put {
+            key: key.to_owned(),
+            value: format!("end-{attempt}"),
+            lease: None,
+        };
+        let put = workload::kv::run(admin, &request);
+        let outcome = ctx
+            .recorder
+            .op(workload::kv::MARKER_PROCESS, ADMIN_CLIENT, request.clone(), put)
+            .await;
+        match outcome {
+            crate::history::Outcome::Ok(_) => return Ok(()),
+            other if tokio::time::Instant::now() > deadline => {
+                return Err(format!("the end marker could not be written: {other:?}"));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// The client id the admin client's recorded operations carry.
+const ADMIN_CLIENT: u32 = 99;
 
 /// How a run that met etcd's own data-inconsistency bug reports itself.
 pub const ETCD_13766: &str = "etcd diverged (etcd's own bug in 3.5.0-3.5.2, etcd issue 13766: a \
@@ -161,7 +213,7 @@ fn known_etcd_divergence(version: &str, faults: &[crate::history::FaultLog]) -> 
         matches!(
             f.kind.as_str(),
             "KillLeader" | "KillFollower" | "RestartAll"
-        )
+        ) || (f.kind == "TwoAtOnce" && f.detail.contains("killed"))
     });
     affected && killed
 }

@@ -211,6 +211,7 @@ fn watches(h: &History) -> Vec<WatchLog> {
         start_revision,
         created_revision,
         created_at,
+        established: true,
         deliveries,
         ended,
     };

@@ -60,7 +60,11 @@ fn stale_leader_revoke(history: &History, t: Nanos) -> bool {
         && history
             .faults
             .iter()
-            .any(|f| f.kind == "FreezeLeader" && f.end <= t && t - f.end <= STALE_LEADER_REVOKE)
+            .filter(|f| {
+                // Two at once may freeze the leader too (the detail says which member).
+                f.kind == "FreezeLeader" || (f.kind == "TwoAtOnce" && f.detail.contains("frozen"))
+            })
+            .any(|f| f.end <= t && t - f.end <= STALE_LEADER_REVOKE)
 }
 
 /// Versions with etcd's stale-leader revoke: 3.5 before 3.5.11, 3.4 before 3.4.28, and older.

@@ -9,7 +9,10 @@
 //! * `wgl.rs` + `linearizable.rs`: per-key linearizability (Wing & Gong / Lowe).
 //! * `stale.rs`: linearizable reads against the global revision order.
 //! * `reads.rs`: serializable reads against the truth at their revision.
+//! * `monotonic.rs`: no client reads below a revision it has already returned.
 //! * `watch.rs`: etcd's watch guarantees on each user-visible stream.
+//! * `watch_life.rs`: how each watch began and ended (from now, compacted truly, no other
+//!   error, live to the end of the run).
 //! * `lease.rs`: no belief in, nor late `lost()` for, a lease the server dropped.
 //! * `leadership.rs`: disjoint holds, fenced writes only by the owner.
 //! * `show.rs`: one-line renderings for the report.
@@ -21,12 +24,14 @@ mod keyspace;
 mod leadership;
 mod lease;
 mod linearizable;
+mod monotonic;
 mod reads;
 mod report;
 mod show;
 mod stale;
 mod truth;
 mod watch;
+mod watch_life;
 mod wellformed;
 mod wgl;
 
@@ -59,7 +64,9 @@ pub fn check(history: &History, budget: Duration) -> Report {
     truth::check(history, &truth, &mut report);
     stale::check(history, &truth, &mut report);
     reads::check(history, &truth, &mut report);
+    monotonic::check(history, &mut report);
     watch::check(history, &truth, &mut report);
+    watch_life::check(history, &truth, &mut report);
     lease::check(history, &truth, &mut report);
     leadership::check(history, &truth, &mut report);
     // Last: the slowest, and the one the cheaper checks above usually explain.

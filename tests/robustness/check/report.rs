@@ -36,6 +36,12 @@ pub enum Property {
     ReadValue,
     /// A serializable read's value is not the truth's at the revision it reports.
     SerializableRead,
+    /// A read of one client reported a revision below one an earlier operation of the same
+    /// client had already returned (the client's monotonic guard let an older member answer).
+    MonotonicRead,
+    /// A truth delete of a KV key that no delete of the workload explains: a delete applied
+    /// twice (resent), or by nobody.
+    DeleteUnexplained,
     /// A watch delivered an event with a lower revision than one before it.
     WatchOrdered,
     /// A watch delivered one (revision, key) twice.
@@ -54,6 +60,15 @@ pub enum Property {
     WatchIsCreate,
     /// A compacted or reloaded watch broke its contract (delivery after the end, reload state).
     WatchCompaction,
+    /// A watch said `Compacted` although no compaction passed the revision it had reached.
+    WatchFalseCompaction,
+    /// A watch that was running ended with an error other than a true compaction.
+    WatchEnded,
+    /// A watch from "now" delivered an event written before it was asked for.
+    WatchFromNow,
+    /// A watch still open at the end of the run had not delivered every event up to the
+    /// run's last write under its prefix (the end marker) when the run gave up waiting.
+    WatchLive,
     /// A lease holder believed its lease alive after the server had dropped its keys.
     LeaseBelief,
     /// `lost()` fired late (or never) for a lease the server dropped.
@@ -101,6 +116,15 @@ pub struct Stats {
     pub stale_leader_revokes: usize,
     pub holds: usize,
     pub fenced_puts: usize,
+    /// Serializable reads judged against their client's earlier answers.
+    pub monotonic_reads: usize,
+    /// Truth deletes of KV keys matched to a workload delete.
+    pub deletes_explained: usize,
+    /// Watches "from now" judged; watches still open at the end judged for liveness; and
+    /// watches ended by `Compacted`, all judged true.
+    pub from_now_watches: usize,
+    pub live_watches: usize,
+    pub compacted_watches: usize,
 }
 
 /// At most this many violations of one property are printed: the first ones are the story,
@@ -177,6 +201,16 @@ impl fmt::Display for Report {
             s.stale_leader_revokes,
             s.holds,
             s.fenced_puts
+        )?;
+        writeln!(
+            f,
+            "  monotonic reads {}, deletes explained {}, watches from now {}, open to the end {}, \
+             compacted {}",
+            s.monotonic_reads,
+            s.deletes_explained,
+            s.from_now_watches,
+            s.live_watches,
+            s.compacted_watches
         )?;
         for v in &self.violations {
             writeln!(f, "VIOLATION {:?}:", v.property)?;

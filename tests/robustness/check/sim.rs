@@ -62,6 +62,8 @@ struct Live {
 pub struct Sim {
     pub h: History,
     live: BTreeMap<String, Live>,
+    /// The newest revision each client was answered (its monotonic-read floor).
+    seen: BTreeMap<u32, i64>,
 }
 
 impl Sim {
@@ -76,6 +78,7 @@ impl Sim {
         Sim {
             h,
             live: BTreeMap::new(),
+            seen: BTreeMap::new(),
         }
     }
 
@@ -200,13 +203,17 @@ impl Sim {
                 },
             },
             Request::Get { key, serializable } => {
-                // A serializable read may come from a member a few revisions behind.
+                // A serializable read may come from a member a few revisions behind, but never
+                // from below what its client was answered before (the monotonic guard).
                 let lag = if *serializable {
                     i64::from(plan.process % 3)
                 } else {
                     0
                 };
-                let revision = (self.revision() - lag).max(self.h.start_revision);
+                let floor = self.seen.get(&(plan.process % 2)).copied().unwrap_or(0);
+                let revision = (self.revision() - lag)
+                    .max(self.h.start_revision)
+                    .max(floor);
                 let (value, mod_revision) = self.read_at(key, revision);
                 Response::Get {
                     revision,
@@ -256,6 +263,10 @@ impl Sim {
                 }
             }
         };
+        if plan.fate == Fate::Ok {
+            let seen = self.seen.entry(plan.process % 2).or_default();
+            *seen = (*seen).max(response.revision());
+        }
         let outcome = match plan.fate {
             Fate::Ok => Outcome::Ok(response),
             Fate::Fail => Outcome::Fail {

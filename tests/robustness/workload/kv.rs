@@ -83,6 +83,33 @@ pub async fn process(ctx: Ctx, client: Client, client_id: u32, process: u32) {
     }
 }
 
+/// The process id of the quiet writer and of the end marker's write.
+pub const QUIET_PROCESS: u32 = 300;
+pub const MARKER_PROCESS: u32 = 301;
+
+/// A put under the quiet prefix every 2-5 s, so the quiet watches see an event now and then
+/// and otherwise nothing (while compactions pass the revision they last delivered).
+pub async fn quiet_writer(ctx: Ctx, client: Client, client_id: u32) {
+    let mut rng = ctx.rng(5000);
+    let mut seq = 0u64;
+    loop {
+        let pause = std::time::Duration::from_millis(rng.u64(2_000..5_000));
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = ctx.until_stopped() => return,
+        }
+        seq += 1;
+        let request = Request::Put {
+            key: format!("{}{}", super::watch::quiet_prefix(&ctx.prefix), seq % 2),
+            value: format!("q-{seq}"),
+            lease: None,
+        };
+        ctx.recorder
+            .op(QUIET_PROCESS, client_id, request.clone(), run(&client, &request))
+            .await;
+    }
+}
+
 /// Send one request.
 pub async fn run(client: &Client, request: &Request) -> etcd_ha::Result<Response> {
     let kv = client.kv();

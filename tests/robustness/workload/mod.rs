@@ -1,5 +1,6 @@
-//! The mixed workload of one seed: KV processes, managed watches, kept leases and election,
-//! mutex and leadership contenders, spread over the run's clients.
+//! The mixed workload of one seed: KV processes, managed watches (bookmarked, quiet and "from
+//! now"), kept leases and election, mutex and leadership contenders, spread over the run's
+//! clients, and a slow writer under the quiet watches' prefix.
 
 pub mod hold;
 pub mod kv;
@@ -24,6 +25,8 @@ pub struct Ctx {
     pub prefix: String,
     pub recorder: Arc<Recorder>,
     pub stop: tokio::sync::watch::Receiver<bool>,
+    /// Set when the run stops waiting for open watches to reach the end marker.
+    pub finish: tokio::sync::watch::Receiver<bool>,
     pub watches: Arc<Mutex<Vec<WatchLog>>>,
     pub leases: Arc<Mutex<Vec<LeaseLog>>>,
     pub holds: Arc<Mutex<Vec<HoldLog>>>,
@@ -41,22 +44,45 @@ impl Ctx {
         let _ = stop.wait_for(|s| *s).await;
     }
 
+    /// Whether the run stopped waiting for the watches.
+    pub fn finished(&self) -> bool {
+        *self.finish.borrow()
+    }
+
+    /// Completes when the run stops waiting for the watches.
+    pub async fn until_finished(&self) {
+        let mut finish = self.finish.clone();
+        let _ = finish.wait_for(|s| *s).await;
+    }
+
     /// A generator for one task, derived from the seed (so a seed replays the same choices).
     pub fn rng(&self, task: u64) -> fastrand::Rng {
         fastrand::Rng::with_seed(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ task)
     }
 }
 
-/// Start every workload task; they run until `ctx.stop` says so.
-pub fn start(ctx: &Ctx, clients: &[Client]) -> JoinSet<()> {
+/// Start every workload task; they run until `ctx.stop` says so (open watches until they
+/// reach the end marker or `ctx.finish` says so). `idle` is a client of its own for the
+/// watches "from now": it reads once before each, so what it has seen is always old.
+pub fn start(ctx: &Ctx, clients: &[Client], idle: &Client) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
+    tasks.spawn(kv::quiet_writer(ctx.clone(), clients[0].clone(), 0));
+    let idle_id = clients.len() as u32;
+    tasks.spawn(watch::watcher(
+        ctx.clone(),
+        idle.clone(),
+        idle_id,
+        watch::Kind::FromNow,
+    ));
     for (c, client) in clients.iter().enumerate() {
         let c = c as u32;
         for p in 0..PROCESSES_PER_CLIENT {
             let process = c * PROCESSES_PER_CLIENT + p;
             tasks.spawn(kv::process(ctx.clone(), client.clone(), c, process));
         }
-        tasks.spawn(watch::watcher(ctx.clone(), client.clone(), c));
+        for kind in [watch::Kind::Bookmarked, watch::Kind::Quiet] {
+            tasks.spawn(watch::watcher(ctx.clone(), client.clone(), c, kind));
+        }
         tasks.spawn(lease::keeper(ctx.clone(), client.clone(), c));
         for kind in hold::KINDS {
             tasks.spawn(hold::contender(ctx.clone(), client.clone(), c, kind));
