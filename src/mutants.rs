@@ -8,7 +8,8 @@
 //! - `resend-deletes`: the same for deletes only, as a client does that takes a delete for
 //!   idempotent (it is not: a resent delete removes a value written in between).
 //! - `resume-at-last`: a managed watch resumes *at* the last revision it delivered instead of
-//!   the one after it, so that revision's events come twice.
+//!   the one after it, and trusts the server's events to be new, so that revision's events
+//!   come twice.
 //! - `skip-monotonic-guard`: serializable reads take whatever a member answers, even below a
 //!   revision the client has already seen.
 //! - `lease-no-local-expiry`: a kept lease is believed alive past its local expiry, until a

@@ -1092,3 +1092,94 @@ async fn a_watch_from_now_does_not_replay_what_others_wrote_since_our_last_answe
         other => panic!("expected the new write, got {other:?}"),
     }
 }
+
+/// Issue 18, found by the robustness suite's from-now check: a watch from "now" served by a
+/// follower cut off from its peers started at that follower's stale "now", and once the
+/// follower caught up it replayed writes acknowledged before `watch` was called. "Now" is the
+/// cluster's: while the member cannot tell it (no quorum), `watch` fails instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_now_on_a_lagging_member_does_not_replay_acknowledged_writes() {
+    let cluster = etcd_ha::testkit::Cluster::builder()
+        .members(3)
+        .isolated_network(true)
+        .start()
+        .await
+        .expect("start a 3-member cluster in network namespaces");
+    let leader = cluster.leader(support::READY).await.unwrap();
+    let follower = (leader + 1) % cluster.len();
+    let writer = support::client(&cluster).await;
+    // A client that reaches only the follower.
+    let options = support::options_for(&cluster)
+        .with_request_timeout(Duration::from_secs(2))
+        .without_member_sync();
+    let lagging = Client::connect(vec![cluster.endpoint(follower)], options)
+        .await
+        .unwrap();
+    let key = support::unique("from-now-lagging");
+    let before = put(&writer, &key, "before").await;
+    // The follower has applied it before it is cut off.
+    timeout(RESPONSE, async {
+        loop {
+            let r = lagging
+                .kv()
+                .get(key.as_str(), GetOptions::new().with_serializable())
+                .await;
+            if r.is_ok_and(|r| r.header.is_some_and(|h| h.revision >= before)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the follower applies the first write");
+
+    cluster.partition(follower).unwrap();
+    for i in 0..50 {
+        put(&writer, &key, &format!("acked{i}")).await;
+    }
+    let during = timeout(
+        Duration::from_secs(5),
+        lagging.watch().watch(key.as_str(), WatchOptions::new()),
+    )
+    .await;
+    cluster.heal(follower).unwrap();
+    let mut stream = match during {
+        Ok(Ok(stream)) => stream,
+        // No quorum behind the follower: "now" cannot be known, and saying so is right.
+        _ => timeout(Duration::from_secs(30), async {
+            loop {
+                match lagging
+                    .watch()
+                    .watch(key.as_str(), WatchOptions::new())
+                    .await
+                {
+                    Ok(stream) => break stream,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        })
+        .await
+        .expect("a watch once the follower is back"),
+    };
+    put(&writer, &key, "last").await;
+    let mut values = Vec::new();
+    while !values.iter().any(|v| v == "last") {
+        let batch = timeout(RESPONSE, stream.next_batch())
+            .await
+            .expect("the write after watch() arrives")
+            .expect("the watch is open")
+            .unwrap();
+        if let WatchBatch::Events { events, .. } = batch {
+            values.extend(
+                events
+                    .iter()
+                    .map(|e| String::from_utf8_lossy(&e.kv.as_ref().unwrap().value).into_owned()),
+            );
+        }
+    }
+    assert_eq!(
+        values,
+        vec!["last".to_string()],
+        "only what came after watch()"
+    );
+}

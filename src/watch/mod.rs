@@ -29,6 +29,7 @@ pub use managed::{WatchBatch, WatchStream};
 
 use crate::call::{Call, Transport};
 use crate::error::{Error, Result};
+use crate::kv::{GetOptions, Kv};
 use crate::namespace::{self, Namespace};
 use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
@@ -114,6 +115,16 @@ impl Watch {
     /// its creation). Events at or below that revision are dropped should the server send
     /// them again.
     ///
+    /// # From "now"
+    ///
+    /// A watch without a start revision begins at the cluster's revision when `watch` is
+    /// called: it delivers nothing written (and answered to anyone) before the call. The
+    /// member that serves the stream may lag behind the cluster (restarted, cut off from its
+    /// peers), and its own "now" would replay what it applies late; so a watch from now first
+    /// makes one linearizable read (a count of the watched key: a quorum round trip) and drops
+    /// whatever the stream sends at or below that revision. When that read fails, so does
+    /// `watch`, with its error.
+    ///
     /// # Backpressure
     ///
     /// Each watch has a bounded buffer (128 batches). The task never waits for a consumer:
@@ -165,10 +176,23 @@ impl Watch {
         let mut create = namespace::map(self.namespace.as_ref(), create, Namespace::watch_create);
         create.watch_id = 0;
         create.fragment = true;
-        // "Now" is the serving member's, which can lag behind this client's: nothing at or
-        // below what the client has seen is delivered. (Starting at that revision + 1 instead
-        // replayed every write since, however old it was.)
-        let floor = self.transport.seen_revision();
+        let mut cluster_now = 0;
+        #[cfg(feature = "mutants")]
+        let stale = crate::mutants::from_now_stale();
+        #[cfg(not(feature = "mutants"))]
+        let stale = false;
+        if create.start_revision == 0 && !stale {
+            // "Now" is the cluster's, not the serving member's (which can lag: a follower cut
+            // off from its peers replayed hundreds of acknowledged writes in the robustness
+            // suite) nor this client's last answer (which can be old: starting right after it
+            // replayed every write since). Nothing at or below the read's revision is
+            // delivered.
+            let now = Kv::new(self.transport.clone(), None)
+                .get(create.key.clone(), GetOptions::new().with_count_only())
+                .await?;
+            cluster_now = now.header.map_or(0, |h| h.revision);
+        }
+        let floor = self.transport.seen_revision().max(cluster_now);
         let mut stream = Hub::of(&self.hub, &self.transport)
             .watch(
                 create,

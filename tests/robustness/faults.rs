@@ -28,6 +28,7 @@ pub enum Fault {
     BlackholeFollowerLink,
     SlowLeaderLink,
     SlowFollowerLink,
+    CutSlowLinks,
     PartitionLeader,
     PartitionFollower,
     RestartAll,
@@ -40,7 +41,7 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 21] = [
         Fault::KillLeader,
         Fault::KillFollower,
         Fault::TerminateLeader,
@@ -52,6 +53,7 @@ impl Fault {
         Fault::BlackholeFollowerLink,
         Fault::SlowLeaderLink,
         Fault::SlowFollowerLink,
+        Fault::CutSlowLinks,
         Fault::PartitionLeader,
         Fault::PartitionFollower,
         Fault::RestartAll,
@@ -62,6 +64,26 @@ impl Fault {
         Fault::InvalidateTokens,
         Fault::TwoAtOnce,
     ];
+}
+
+/// The faults this run draws from: every one, or those `ROBUSTNESS_FAULTS` names (comma
+/// separated, as they print), for a run aimed at one kind of bug (a mutant's run). A name no
+/// fault has stops the run.
+fn allowed() -> Vec<Fault> {
+    let Ok(names) = std::env::var("ROBUSTNESS_FAULTS") else {
+        return Fault::ALL.to_vec();
+    };
+    names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|name| {
+            *Fault::ALL
+                .iter()
+                .find(|f| format!("{f:?}") == name)
+                .unwrap_or_else(|| panic!("ROBUSTNESS_FAULTS: no fault is called {name:?}"))
+        })
+        .collect()
 }
 
 /// What the scheduler acts on.
@@ -86,13 +108,17 @@ pub async fn run(
     let mut log = Vec::new();
     // Let the workload reach a steady state first.
     tokio::time::sleep(Duration::from_millis(rng.u64(500..1_500))).await;
-    while tokio::time::Instant::now() < until {
-        let fault = loop {
-            let f = Fault::ALL[rng.usize(..Fault::ALL.len())];
-            if f != Fault::InvalidateTokens || target.auth.is_some() {
-                break f;
-            }
-        };
+    // Token invalidation needs auth (on every third seed).
+    let allowed: Vec<Fault> = allowed()
+        .into_iter()
+        .filter(|f| *f != Fault::InvalidateTokens || target.auth.is_some())
+        .collect();
+    if allowed.is_empty() {
+        // A run without faults (ROBUSTNESS_FAULTS empty): the workload alone, as long.
+        tokio::time::sleep_until(until).await;
+    }
+    while tokio::time::Instant::now() < until && !allowed.is_empty() {
+        let fault = allowed[rng.usize(..allowed.len())];
         let hold = Duration::from_millis(rng.u64(300..2_000));
         let start = target.recorder.now();
         let (member, detail) = inject(target, rng, fault, hold).await;
@@ -169,6 +195,25 @@ async fn inject(
             target.proxies[i].set_mode(Mode::Pass);
             (Some(i), format!("{delay:?} each way"))
         }
+        Fault::CutSlowLinks => {
+            // Every client link degrades, then dies: requests reach the members and are
+            // applied while their answers wait in the slow links (nowhere faster to turn to),
+            // and the reset loses those answers. Writes in flight then have an ambiguous
+            // outcome, and many of them were applied.
+            let delay = Duration::from_millis(rng.u64(100..300));
+            for proxy in target.proxies {
+                proxy.set_mode(Mode::Latency(delay));
+            }
+            tokio::time::sleep(hold.max(delay * 4)).await;
+            for proxy in target.proxies {
+                proxy.set_mode(Mode::Reset);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            for proxy in target.proxies {
+                proxy.set_mode(Mode::Pass);
+            }
+            (None, format!("{delay:?} each way, then reset"))
+        }
         Fault::TwoAtOnce => {
             // One member's client link goes bad while another member is killed, frozen or
             // cut off from its peers: a quorum stays, but not where the clients look first.
@@ -195,7 +240,11 @@ async fn inject(
                 _ => {
                     let done = cluster.partition(other);
                     tokio::time::sleep(hold).await;
-                    format!("partitioned: {:?} {:?}", done.err(), cluster.heal(other).err())
+                    format!(
+                        "partitioned: {:?} {:?}",
+                        done.err(),
+                        cluster.heal(other).err()
+                    )
                 }
             };
             target.proxies[link].set_mode(Mode::Pass);

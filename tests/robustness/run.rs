@@ -182,7 +182,12 @@ async fn write_end_marker(ctx: &Ctx, admin: &Client, key: &str) -> Result<(), St
         let put = workload::kv::run(admin, &request);
         let outcome = ctx
             .recorder
-            .op(workload::kv::MARKER_PROCESS, ADMIN_CLIENT, request.clone(), put)
+            .op(
+                workload::kv::MARKER_PROCESS,
+                ADMIN_CLIENT,
+                request.clone(),
+                put,
+            )
             .await;
         match outcome {
             crate::history::Outcome::Ok(_) => return Ok(()),

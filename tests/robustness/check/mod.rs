@@ -17,8 +17,8 @@
 //! * `leadership.rs`: disjoint holds, fenced writes only by the owner.
 //! * `show.rs`: one-line renderings for the report.
 //! * tests only: `sim.rs` (a tiny etcd that records consistent histories), `fixture.rs`
-//!   (a valid history), `selftest.rs` (planted bugs), `speed.rs` (the search on a realistic
-//!   history).
+//!   (a valid history), `selftest.rs` and `selftest_promises.rs` (planted bugs), `speed.rs`
+//!   (the search on a realistic history).
 
 mod keyspace;
 mod leadership;
@@ -39,6 +39,8 @@ mod wgl;
 mod fixture;
 #[cfg(test)]
 mod selftest;
+#[cfg(test)]
+mod selftest_promises;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]

@@ -43,8 +43,7 @@ pub fn check(history: &History, report: &mut Report) {
     for op in &history.ops {
         let (
             Request::Get {
-                serializable: true,
-                ..
+                serializable: true, ..
             },
             Outcome::Ok(Response::Get { revision, .. }),
         ) = (&op.request, &op.outcome)

@@ -54,7 +54,14 @@ fn compactions(history: &History) -> Vec<i64> {
         .faults
         .iter()
         .filter(|f| f.kind == "Compact" && f.detail.contains("None"))
-        .filter_map(|f| f.detail.strip_prefix("at ")?.split(':').next()?.parse().ok())
+        .filter_map(|f| {
+            f.detail
+                .strip_prefix("at ")?
+                .split(':')
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect()
 }
 

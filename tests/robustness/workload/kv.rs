@@ -83,6 +83,31 @@ pub async fn process(ctx: Ctx, client: Client, client_id: u32, process: u32) {
     }
 }
 
+/// A process that deletes a shared key and puts it back, over and over with hardly a pause:
+/// deletes are in flight whenever a fault hits, so a delete applied twice (resent after an
+/// ambiguous failure) shows in the truth.
+pub async fn churn(ctx: Ctx, client: Client, client_id: u32, process: u32) {
+    let mut rng = ctx.rng(1500 + u64::from(process));
+    let mut seq = 0u64;
+    while !ctx.stopped() {
+        let key = key(&ctx.prefix, rng.usize(..KEYS));
+        seq += 1;
+        let request = if seq % 2 == 1 {
+            Request::Delete { key }
+        } else {
+            Request::Put {
+                key,
+                value: format!("p{process}-{seq}"),
+                lease: None,
+            }
+        };
+        ctx.recorder
+            .op(process, client_id, request.clone(), run(&client, &request))
+            .await;
+        tokio::time::sleep(std::time::Duration::from_millis(rng.u64(1..4))).await;
+    }
+}
+
 /// The process id of the quiet writer and of the end marker's write.
 pub const QUIET_PROCESS: u32 = 300;
 pub const MARKER_PROCESS: u32 = 301;
@@ -105,7 +130,12 @@ pub async fn quiet_writer(ctx: Ctx, client: Client, client_id: u32) {
             lease: None,
         };
         ctx.recorder
-            .op(QUIET_PROCESS, client_id, request.clone(), run(&client, &request))
+            .op(
+                QUIET_PROCESS,
+                client_id,
+                request.clone(),
+                run(&client, &request),
+            )
             .await;
     }
 }

@@ -70,9 +70,13 @@ pub async fn keeper(ctx: Ctx, client: Client, client_id: u32) {
             }
             log.beliefs.push(belief(&ctx, &kept));
             if ctx.stopped() && stopped_renewing {
-                // Left to expire, and still believed alive when the workload ends: the
-                // checker judges that belief against the server's drop of its keys.
-                break;
+                // Left to expire: followed until lost() fires (within its TTL) or the run
+                // stops waiting, so the server's drop of its keys is in the truth and the
+                // checker can judge the belief against it.
+                if ctx.finished() {
+                    break;
+                }
+                continue;
             }
             if stopped_renewing || (tokio::time::Instant::now() < kept_until && !ctx.stopped()) {
                 continue;

@@ -18,6 +18,10 @@ use crate::record::Recorder;
 /// KV processes per client.
 pub const PROCESSES_PER_CLIENT: u32 = 4;
 
+/// Churn processes (a delete, a put, again) per client, and the first one's process id.
+pub const CHURN_PER_CLIENT: u32 = 3;
+pub const CHURN_PROCESS: u32 = 150;
+
 /// What every workload task shares.
 #[derive(Clone)]
 pub struct Ctx {
@@ -79,6 +83,10 @@ pub fn start(ctx: &Ctx, clients: &[Client], idle: &Client) -> JoinSet<()> {
         for p in 0..PROCESSES_PER_CLIENT {
             let process = c * PROCESSES_PER_CLIENT + p;
             tasks.spawn(kv::process(ctx.clone(), client.clone(), c, process));
+        }
+        for k in 0..CHURN_PER_CLIENT {
+            let process = CHURN_PROCESS + c * CHURN_PER_CLIENT + k;
+            tasks.spawn(kv::churn(ctx.clone(), client.clone(), c, process));
         }
         for kind in [watch::Kind::Bookmarked, watch::Kind::Quiet] {
             tasks.spawn(watch::watcher(ctx.clone(), client.clone(), c, kind));

@@ -52,7 +52,10 @@ pub async fn watcher(ctx: Ctx, client: Client, client_id: u32, kind: Kind) {
     while !ctx.stopped() {
         if kind == Kind::FromNow {
             // One read, then idle: the client's newest revision grows old while others write.
-            let _ = client.kv().get(ctx.prefix.as_str(), GetOptions::new()).await;
+            let _ = client
+                .kv()
+                .get(ctx.prefix.as_str(), GetOptions::new())
+                .await;
             tokio::time::sleep(Duration::from_millis(rng.u64(300..1_500))).await;
             start = 0;
             if ctx.stopped() {
