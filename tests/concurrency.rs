@@ -498,3 +498,53 @@ async fn the_next_campaign_or_lock_of_a_session_outlives_the_withdrawal_of_an_ab
     locked.unlock().await.unwrap();
     session.close().await.unwrap();
 }
+
+/// Issue 18, found by the robustness suite's given-up campaigns: the withdrawal of a key whose
+/// put was given up in flight was sent at once, and could overtake the put (here the put waits
+/// behind 32 other calls of a busy client): it deleted nothing, the put landed, and the key
+/// stayed for the session's life (7 of 40 locks before the fix). The withdrawal now waits for
+/// the put's own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_never_overtakes_the_put_it_withdraws() {
+    let cluster = support::cluster3().await;
+    let observer = support::client(&cluster).await;
+    let mut orphans = Vec::new();
+    for i in 0..40u64 {
+        // A client that has just connected, its session kept: the lock's put is given up
+        // after 0-3 ms, mostly while it is in flight.
+        let client = Client::connect(cluster.endpoints(), support::options_for(&cluster))
+            .await
+            .unwrap();
+        let session = Session::new(&client, TTL).await.unwrap();
+        let name = support::unique("overtaken");
+        let mutex = Mutex::new(name.as_str());
+        let after = Duration::from_micros(i % 4 * 1_000);
+        // Other calls of the same client in flight, as in the suite's workload.
+        let busy: Vec<_> = (0..32)
+            .map(|n| {
+                let client = client.clone();
+                let key = format!("{name}-busy/{n}");
+                tokio::spawn(async move { client.kv().put(key, "x", PutOptions::new()).await })
+            })
+            .collect();
+        let given_up = tokio::time::timeout(after, mutex.lock(&session)).await;
+        for call in busy {
+            let _ = call.await;
+        }
+        if given_up.is_ok() {
+            continue;
+        }
+        // The withdrawal has had all the time it needs; the session is alive.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let keys = observer
+            .kv()
+            .get(format!("{name}/"), GetOptions::new().with_prefix())
+            .await
+            .unwrap();
+        if !keys.kvs.is_empty() {
+            orphans.push(name);
+        }
+        session.close().await.unwrap();
+    }
+    assert!(orphans.is_empty(), "keys left behind: {orphans:?}");
+}

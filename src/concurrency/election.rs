@@ -121,8 +121,9 @@ impl Election {
         // in the background: it would delete the one we put (or find) now.
         session.cleanups().settled(&key).await;
         // Until the answer is in hand, a drop or an ambiguous failure withdraws the key.
-        let pending = Pending::arm(&self.client, &key, lease_id, session.cleanups());
-        let resp = self.client.kv().txn(txn).await?;
+        let (pending, answer) =
+            Pending::send(&self.client, txn, &key, lease_id, session.cleanups());
+        let resp = answer.await?;
         let mut leader = Leader {
             client: self.client.clone(),
             fence: Fence::new(key, revision(&resp)),

@@ -145,8 +145,8 @@ impl Mutex {
         // the background: it would delete the one we put (or find) now.
         session.cleanups().settled(&key).await;
         // Until the answer is in hand, a drop or an ambiguous failure withdraws the key.
-        let pending = Pending::arm(client, &key, lease_id, session.cleanups());
-        let resp = client.kv().txn(txn).await?;
+        let (pending, answer) = Pending::send(client, txn, &key, lease_id, session.cleanups());
+        let resp = answer.await?;
         let create_revision = if resp.succeeded {
             revision(&resp)
         } else {

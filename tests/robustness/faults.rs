@@ -2,12 +2,14 @@
 //! SIGKILL + restart, SIGTERM (a graceful stop) + restart, SIGSTOP/SIGCONT, client-link
 //! blackhole, reset and latency (the fault proxy), peer partition (network namespaces),
 //! restart of every member, compaction, defragment, MoveLeader, member add/remove, auth token
-//! invalidation, and two at once (one member's client link and another member's process or
-//! peer links).
+//! invalidation, the NOSPACE alarm (the quota), a pause of the whole client process longer
+//! than a lease's TTL, and two at once (one member's client link and another member's process
+//! or peer links).
 
 use std::time::Duration;
 
 use etcd_ha::Client;
+use etcd_ha::proto::etcdserverpb::AlarmType;
 use etcd_ha::testkit::{Cluster, FaultProxy, Mode};
 
 use crate::history::FaultLog;
@@ -38,10 +40,12 @@ pub enum Fault {
     AddRemoveMember,
     InvalidateTokens,
     TwoAtOnce,
+    NoSpace,
+    PauseClients,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 21] = [
+    pub const ALL: [Fault; 23] = [
         Fault::KillLeader,
         Fault::KillFollower,
         Fault::TerminateLeader,
@@ -63,6 +67,8 @@ impl Fault {
         Fault::AddRemoveMember,
         Fault::InvalidateTokens,
         Fault::TwoAtOnce,
+        Fault::NoSpace,
+        Fault::PauseClients,
     ];
 }
 
@@ -85,6 +91,10 @@ fn allowed() -> Vec<Fault> {
         })
         .collect()
 }
+
+/// The runtime's worker threads (the suite's `#[tokio::test]` says 2): a client pause holds
+/// them all.
+pub const WORKERS: usize = 2;
 
 /// What the scheduler acts on.
 pub struct Target<'a> {
@@ -213,6 +223,49 @@ async fn inject(
                 proxy.set_mode(Mode::Pass);
             }
             (None, format!("{delay:?} each way, then reset"))
+        }
+        Fault::NoSpace => {
+            // The quota alarm, raised by hand: every member refuses writes, txns and lease
+            // grants with "database space exceeded" until it is cleared.
+            let r = match cluster.member_id(leader).await {
+                Ok(id) => {
+                    let m = target.admin.maintenance();
+                    let on = m.alarm_activate(id, AlarmType::Nospace).await.err();
+                    tokio::time::sleep(hold).await;
+                    let mut off = m.alarm_deactivate(id, AlarmType::Nospace).await.err();
+                    for _ in 0..50 {
+                        if off.is_none() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        off = m.alarm_deactivate(id, AlarmType::Nospace).await.err();
+                    }
+                    format!("on {on:?}, off {off:?}")
+                }
+                Err(e) => e.to_string(),
+            };
+            (Some(leader), r)
+        }
+        Fault::PauseClients => {
+            // The whole client process stops (a long GC pause, a frozen VM), longer than a
+            // lease's TTL: both runtime workers are held, so every client, the workload and
+            // the proxies stand still while the cluster's clock runs on.
+            let pause = Duration::from_millis(rng.u64(3_000..5_000));
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(WORKERS));
+            let sleepers: Vec<_> = (0..WORKERS)
+                .map(|_| {
+                    let barrier = barrier.clone();
+                    tokio::spawn(async move {
+                        // Each sleeper holds a worker until all are held, then all sleep.
+                        barrier.wait();
+                        std::thread::sleep(pause);
+                    })
+                })
+                .collect();
+            for sleeper in sleepers {
+                let _ = sleeper.await;
+            }
+            (None, format!("{pause:?}"))
         }
         Fault::TwoAtOnce => {
             // One member's client link goes bad while another member is killed, frozen or

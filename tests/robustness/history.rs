@@ -32,6 +32,10 @@ pub struct History {
     pub leases: Vec<LeaseLog>,
     /// Election, mutex and leadership holds.
     pub holds: Vec<HoldLog>,
+    /// Campaigns and locks given up in flight (the caller's timeout) with their session
+    /// kept: their key must be gone while the session idles.
+    #[serde(default)]
+    pub abandoned: Vec<Abandoned>,
     /// The ground truth: every event of the cluster's keyspace under `prefix`, in revision order
     /// (one entry per key changed; a txn changing two keys gives two entries of one revision),
     /// from watch collectors connected to the members directly, not through the fault proxies.
@@ -349,4 +353,17 @@ pub struct FaultLog {
     pub end: Nanos,
     /// Anything else worth printing (e.g. the compaction revision).
     pub detail: String,
+}
+
+/// A campaign or lock whose caller gave up while it was in flight (a 0-3 ms timeout), its
+/// session kept alive afterwards: no key of it may stay behind to block other candidates.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Abandoned {
+    pub contender: u32,
+    /// The key the campaign would have made (`<name>/<session lease, hex>`).
+    pub key: String,
+    /// When the caller gave up.
+    pub at: Nanos,
+    /// When the session, idle since, was used again (or closed): the key must be gone by then.
+    pub checked_at: Nanos,
 }

@@ -188,6 +188,8 @@ struct Totals {
     from_now_watches: usize,
     live_watches: usize,
     compacted_watches: usize,
+    abandoned_put: usize,
+    abandoned_judged: usize,
     faults: BTreeMap<String, usize>,
     violations: BTreeMap<String, Vec<u64>>,
     failed: Vec<u64>,
@@ -213,6 +215,8 @@ impl Totals {
         self.from_now_watches += report.stats.from_now_watches;
         self.live_watches += report.stats.live_watches;
         self.compacted_watches += report.stats.compacted_watches;
+        self.abandoned_put += report.stats.abandoned_put;
+        self.abandoned_judged += report.stats.abandoned_judged;
         self.slowest_search = self.slowest_search.max(report.stats.search_time);
         for fault in &history.faults {
             *self.faults.entry(fault.kind.clone()).or_default() += 1;
@@ -257,12 +261,14 @@ impl std::fmt::Display for Totals {
         writeln!(
             f,
             "  monotonic reads {}, deletes explained {}, watches from now {}, open to the end {}, \
-             compacted {}",
+             compacted {}, given-up campaigns whose key was put {}, judged {}",
             self.monotonic_reads,
             self.deletes_explained,
             self.from_now_watches,
             self.live_watches,
-            self.compacted_watches
+            self.compacted_watches,
+            self.abandoned_put,
+            self.abandoned_judged
         )?;
         let faults: Vec<String> = self
             .faults

@@ -91,6 +91,7 @@ pub async fn run(config: Config) -> Result<History, String> {
         watches: Arc::new(Mutex::new(Vec::new())),
         leases: Arc::new(Mutex::new(Vec::new())),
         holds: Arc::new(Mutex::new(Vec::new())),
+        abandoned: Arc::new(Mutex::new(Vec::new())),
     };
     let mut tasks = workload::start(&ctx, &clients, &idle);
 
@@ -157,6 +158,7 @@ pub async fn run(config: Config) -> Result<History, String> {
         watches: std::mem::take(&mut *ctx.watches.lock().unwrap()),
         leases: std::mem::take(&mut *ctx.leases.lock().unwrap()),
         holds: std::mem::take(&mut *ctx.holds.lock().unwrap()),
+        abandoned: std::mem::take(&mut *ctx.abandoned.lock().unwrap()),
         truth,
         start_revision,
         faults,

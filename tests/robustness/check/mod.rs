@@ -15,6 +15,7 @@
 //!   error, live to the end of the run).
 //! * `lease.rs`: no belief in, nor late `lost()` for, a lease the server dropped.
 //! * `leadership.rs`: disjoint holds, fenced writes only by the owner.
+//! * `orphans.rs`: campaigns and locks given up in flight leave no key behind.
 //! * `show.rs`: one-line renderings for the report.
 //! * tests only: `sim.rs` (a tiny etcd that records consistent histories), `fixture.rs`
 //!   (a valid history), `selftest.rs` and `selftest_promises.rs` (planted bugs), `speed.rs`
@@ -25,6 +26,7 @@ mod leadership;
 mod lease;
 mod linearizable;
 mod monotonic;
+mod orphans;
 mod reads;
 mod report;
 mod show;
@@ -71,6 +73,7 @@ pub fn check(history: &History, budget: Duration) -> Report {
     watch_life::check(history, &truth, &mut report);
     lease::check(history, &truth, &mut report);
     leadership::check(history, &truth, &mut report);
+    orphans::check(history, &truth, &mut report);
     // Last: the slowest, and the one the cheaper checks above usually explain.
     linearizable::check(history, &truth, budget, &mut report);
     report

@@ -79,6 +79,8 @@ pub enum Property {
     FencedWrite,
     /// A hold was acquired with a key the truth does not show alive.
     HoldAcquire,
+    /// A campaign or lock given up in flight left its key behind while its session lived on.
+    OrphanKey,
 }
 
 /// One broken property, with the few operations and events that show it.
@@ -125,6 +127,10 @@ pub struct Stats {
     pub from_now_watches: usize,
     pub live_watches: usize,
     pub compacted_watches: usize,
+    /// Campaigns and locks given up in flight: whose key reached the server at all, and how
+    /// many were judged (no fault while the session idled).
+    pub abandoned_put: usize,
+    pub abandoned_judged: usize,
 }
 
 /// At most this many violations of one property are printed: the first ones are the story,
@@ -205,12 +211,14 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "  monotonic reads {}, deletes explained {}, watches from now {}, open to the end {}, \
-             compacted {}",
+             compacted {}, given-up campaigns whose key was put {}, judged {}",
             s.monotonic_reads,
             s.deletes_explained,
             s.from_now_watches,
             s.live_watches,
-            s.compacted_watches
+            s.compacted_watches,
+            s.abandoned_put,
+            s.abandoned_judged
         )?;
         for v in &self.violations {
             writeln!(f, "VIOLATION {:?}:", v.property)?;

@@ -9,7 +9,7 @@ use etcd_ha::{Client, PutOptions, Session, Txn, TxnOp};
 
 use super::Ctx;
 use super::kv::{revision, text};
-use crate::history::{HoldKind, HoldLog, Release, Request, Response};
+use crate::history::{Abandoned, HoldKind, HoldLog, Release, Request, Response};
 
 pub const KINDS: [HoldKind; 3] = [HoldKind::Election, HoldKind::Mutex, HoldKind::Leadership];
 
@@ -93,8 +93,15 @@ pub async fn contender(ctx: Ctx, client: Client, client_id: u32, kind: HoldKind)
         seq += 1;
         // Candidate values are unique too, like every value the workload writes.
         let value = format!("c{id}-{seq}");
+        // Now and then an election or lock is first given up in flight (the timeout pattern
+        // of `Election::campaign`'s docs), the session kept and idle for a while.
+        let abandon = (kind != HoldKind::Leadership && rng.u32(..4) == 0).then(|| Abandon {
+            after: Duration::from_micros(rng.u64(0..3_000)),
+            idle: Duration::from_millis(rng.u64(500..1_500)),
+            contender: id,
+        });
         let acquired = tokio::select! {
-            held = acquire(&client, kind, &name, value) => held,
+            held = acquire(&ctx, &client, kind, &name, value, abandon) => held,
             () = ctx.until_stopped() => return,
         };
         let Ok(held) = acquired else {
@@ -152,25 +159,69 @@ pub async fn contender(ctx: Ctx, client: Client, client_id: u32, kind: HoldKind)
     }
 }
 
+/// A campaign or lock to give up `after` this long, then leave the session idle for `idle`.
+struct Abandon {
+    after: Duration,
+    idle: Duration,
+    contender: u32,
+}
+
+impl Abandon {
+    /// Whether `attempt` was given up (then recorded, after the idle time); its outcome if not.
+    async fn attempt<T>(
+        &self,
+        ctx: &Ctx,
+        session: &Session,
+        name: &str,
+        attempt: impl std::future::Future<Output = etcd_ha::Result<T>>,
+    ) -> Option<etcd_ha::Result<T>> {
+        let outcome = tokio::time::timeout(self.after, attempt).await.ok();
+        if outcome.is_none() {
+            let key = format!("{name}{:x}", session.lease_id());
+            let at = ctx.recorder.now();
+            tokio::time::sleep(self.idle).await;
+            ctx.abandoned.lock().unwrap().push(Abandoned {
+                contender: self.contender,
+                key,
+                at,
+                checked_at: ctx.recorder.now(),
+            });
+        }
+        outcome
+    }
+}
+
 async fn acquire(
+    ctx: &Ctx,
     client: &Client,
     kind: HoldKind,
     name: &str,
     value: String,
+    abandon: Option<Abandon>,
 ) -> etcd_ha::Result<Held> {
     Ok(match kind {
         HoldKind::Election => {
             let session = Session::new(client, TTL).await?;
-            let leader = Election::new(client, name.trim_end_matches('/'))
-                .campaign(&session, value)
-                .await?;
+            let election = Election::new(client, name.trim_end_matches('/'));
+            if let Some(abandon) = &abandon {
+                let given_up = election.campaign(&session, value.clone());
+                if let Some(outcome) = abandon.attempt(ctx, &session, name, given_up).await {
+                    return Ok(Held::Election(outcome?, session));
+                }
+            }
+            let leader = election.campaign(&session, value).await?;
             Held::Election(leader, session)
         }
         HoldKind::Mutex => {
             let session = Session::new(client, TTL).await?;
-            let guard = Mutex::new(name.trim_end_matches('/'))
-                .lock(&session)
-                .await?;
+            let mutex = Mutex::new(name.trim_end_matches('/'));
+            if let Some(abandon) = &abandon {
+                let given_up = mutex.lock(&session);
+                if let Some(outcome) = abandon.attempt(ctx, &session, name, given_up).await {
+                    return Ok(Held::Mutex(outcome?, session));
+                }
+            }
+            let guard = mutex.lock(&session).await?;
             Held::Mutex(guard, session)
         }
         HoldKind::Leadership => Held::Leadership(

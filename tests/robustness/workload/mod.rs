@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use etcd_ha::Client;
 use tokio::task::JoinSet;
 
-use crate::history::{HoldLog, LeaseLog, WatchLog};
+use crate::history::{Abandoned, HoldLog, LeaseLog, WatchLog};
 use crate::record::Recorder;
 
 /// KV processes per client.
@@ -34,6 +34,7 @@ pub struct Ctx {
     pub watches: Arc<Mutex<Vec<WatchLog>>>,
     pub leases: Arc<Mutex<Vec<LeaseLog>>>,
     pub holds: Arc<Mutex<Vec<HoldLog>>>,
+    pub abandoned: Arc<Mutex<Vec<Abandoned>>>,
 }
 
 impl Ctx {
