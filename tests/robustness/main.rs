@@ -96,9 +96,13 @@ async fn seeded_faults_keep_every_guarantee() {
         }
     }
     println!("{totals}");
+    // Seeds not judged are etcd's own divergence (3.5.0-3.5.2 only); anywhere else every seed
+    // is judged. ROBUSTNESS_MIN_JUDGED_PERCENT lowers the bar for a short run on those
+    // versions, where one diverged seed of a handful would fail it.
+    let min_judged = env_u64("ROBUSTNESS_MIN_JUDGED_PERCENT").unwrap_or(95) as usize;
     assert!(
-        totals.seeds * 2 >= requested,
-        "only {} of {requested} seeds could be judged",
+        totals.seeds * 100 >= requested * min_judged,
+        "only {} of {requested} seeds could be judged (at least {min_judged} % needed)",
         totals.seeds
     );
     if let Some(mutant) = mutant() {
