@@ -106,16 +106,18 @@ async fn seeded_faults_keep_every_guarantee() {
         totals.seeds
     );
     if let Some(mutant) = mutant() {
-        // A client with a known bug put back: the suite must catch it in nearly every seed.
+        // A client with a known bug put back: the suite must catch it in nearly every seed
+        // (ROBUSTNESS_MUTANT_MIN_PERCENT, 90 by default; CI's 2 seeds a mutant ask for one).
+        let min_caught = env_u64("ROBUSTNESS_MUTANT_MIN_PERCENT").unwrap_or(90) as usize;
         let caught = totals.failed.len();
         println!(
             "mutant {mutant}: caught in {caught} of {} judged seeds ({} requested)",
             totals.seeds, requested
         );
         assert!(
-            caught * 10 >= totals.seeds * 9 && totals.broken.is_empty(),
-            "mutant {mutant} caught in only {caught} of {} seeds (at least 90 % needed); \
-             runs that broke down: {:?}",
+            caught * 100 >= totals.seeds * min_caught && totals.broken.is_empty(),
+            "mutant {mutant} caught in only {caught} of {} seeds (at least {min_caught} % \
+             needed); runs that broke down: {:?}",
             totals.seeds,
             totals.broken
         );

@@ -83,20 +83,22 @@ pub async fn process(ctx: Ctx, client: Client, client_id: u32, process: u32) {
     }
 }
 
-/// A process that deletes a shared key and puts it back, over and over with hardly a pause:
-/// deletes are in flight whenever a fault hits, so a delete applied twice (resent after an
-/// ambiguous failure) shows in the truth.
+/// A process that puts a shared key and deletes it again, over and over with hardly a pause:
+/// deletes are in flight whenever a fault hits, and each finds the key it just wrote (unless
+/// another process got there first), so a delete applied twice (resent after an ambiguous
+/// failure) leaves an event in the truth that no delete explains.
 pub async fn churn(ctx: Ctx, client: Client, client_id: u32, process: u32) {
     let mut rng = ctx.rng(1500 + u64::from(process));
     let mut seq = 0u64;
+    let mut key = String::new();
     while !ctx.stopped() {
-        let key = key(&ctx.prefix, rng.usize(..KEYS));
         seq += 1;
-        let request = if seq % 2 == 1 {
-            Request::Delete { key }
+        let request = if seq % 2 == 0 {
+            Request::Delete { key: key.clone() }
         } else {
+            key = self::key(&ctx.prefix, rng.usize(..KEYS));
             Request::Put {
-                key,
+                key: key.clone(),
                 value: format!("p{process}-{seq}"),
                 lease: None,
             }
