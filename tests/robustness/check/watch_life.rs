@@ -48,12 +48,13 @@ fn header(w: &WatchLog) -> String {
     )
 }
 
-/// The revisions the cluster was compacted at (the faults' details say "at <revision>: ...").
+/// The revisions the cluster may have been compacted at (the faults' details say "at
+/// <revision>: <error>"; one that failed ambiguously may still have been applied).
 fn compactions(history: &History) -> Vec<i64> {
     history
         .faults
         .iter()
-        .filter(|f| f.kind == "Compact" && f.detail.contains("None"))
+        .filter(|f| f.kind == "Compact")
         .filter_map(|f| {
             f.detail
                 .strip_prefix("at ")?
