@@ -93,7 +93,7 @@ pub async fn churn(ctx: Ctx, client: Client, client_id: u32, process: u32) {
     let mut key = String::new();
     while !ctx.stopped() {
         seq += 1;
-        let request = if seq % 2 == 0 {
+        let request = if seq.is_multiple_of(2) {
             Request::Delete { key: key.clone() }
         } else {
             key = self::key(&ctx.prefix, rng.usize(..KEYS));
