@@ -154,9 +154,9 @@ async fn serializable_reads_never_go_back_while_a_follower_lags() {
     let (on_reads, on_back, on_worst, on_errors) = count(&on);
     let (off_reads, off_back, off_worst, off_errors) = count(&off);
     println!(
-        "follower {follower} lagged {lag} revisions; guarded: {on_reads} reads, {on_back} went back \
-         (worst {on_worst}), {on_errors} errors; unguarded: {off_reads} reads, {off_back} went back \
-         (worst {off_worst}), {off_errors} errors"
+        "follower {follower} lagged {lag} revisions; guarded: {on_reads} reads, \
+         {on_back} went back (worst {on_worst}), {on_errors} errors; unguarded: \
+         {off_reads} reads, {off_back} went back (worst {off_worst}), {off_errors} errors"
     );
     assert!(lag > 10, "the follower did not lag ({lag} revisions)");
     assert!(

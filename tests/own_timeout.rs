@@ -291,7 +291,8 @@ async fn trial(
         ratio: during / before.max(1.0),
     };
     eprintln!(
-        "{name} x{loops}: gap {:?}, re-election {:?}, worst loop's errors {}, rate {:.0}/s before, {:.0}/s after recovery ({:.0} %)",
+        "{name} x{loops}: gap {:?}, re-election {:?}, worst loop's errors {}, rate {:.0}/s \
+         before, {:.0}/s after recovery ({:.0} %)",
         t.gap,
         t.reelection,
         t.worst_errors,

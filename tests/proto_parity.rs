@@ -116,7 +116,8 @@ fn our_protos_match_etcd_3_7_3() {
     let only_theirs: Vec<&String> = theirs.difference(&ours).collect();
     assert!(
         only_ours.is_empty() && only_theirs.is_empty(),
-        "our protos differ from etcd {ETCD_VERSION}'s:\n  only ours:\n    {}\n  only etcd's:\n    {}",
+        "our protos differ from etcd {ETCD_VERSION}'s:\n  only ours:\n    {}\n  \
+         only etcd's:\n    {}",
         join(&only_ours),
         join(&only_theirs)
     );
