@@ -3,7 +3,11 @@
 //! - `etcd_ha_requests_total{rpc}`: calls made (not attempts);
 //! - `etcd_ha_retries_total{rpc}`: extra attempts, hedges included;
 //! - `etcd_ha_ejections_total{endpoint}`: endpoints taken out of rotation;
-//! - `etcd_ha_failovers_total`: leader changes observed from one known leader to another.
+//! - `etcd_ha_failovers_total`: leader changes observed from one known leader to another;
+//! - `etcd_ha_leases_at_risk_total`: kept leases whose renewals fell behind (a third of the TTL
+//!   left), each time one does; `etcd_ha_leases_at_risk` (gauge): how many are at risk now;
+//! - `etcd_ha_leases_lost_total{reason}`: kept leases lost, `expired` locally or `gone` on the
+//!   server.
 
 /// A call started.
 pub(crate) fn request(rpc: &'static str) {
@@ -30,4 +34,24 @@ pub(crate) fn ejection(endpoint: &str) {
 pub(crate) fn failover() {
     #[cfg(feature = "metrics")]
     metrics::counter!("etcd_ha_failovers_total").increment(1);
+}
+
+/// A kept lease fell at risk.
+pub(crate) fn lease_at_risk() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("etcd_ha_leases_at_risk_total").increment(1);
+}
+
+/// How many kept leases are at risk now.
+pub(crate) fn leases_at_risk(count: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("etcd_ha_leases_at_risk").set(count as f64);
+    let _ = count;
+}
+
+/// A kept lease was lost (`reason`: `expired` or `gone`).
+pub(crate) fn lease_lost(reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("etcd_ha_leases_lost_total", "reason" => reason).increment(1);
+    let _ = reason;
 }

@@ -1,6 +1,8 @@
 //! The lease keeper against real 3-member clusters: many leases over one stream, keeping a lease
 //! across a leader kill and a frozen leader, losing it exactly at its local expiry when the
-//! whole cluster is down (and never after the server drops it), and promptly when revoked.
+//! whole cluster is down (and never after the server drops it), and promptly when revoked;
+//! a lease whose renewals fall behind reported at risk first, and no longer once one gets
+//! through.
 //!
 //! Run against etcd 3.4 too: `ETCD_BIN=$(scripts/etcd-3.4.sh) cargo test --features testkit --test keeper`.
 //! The fault tests print their measurements (`--nocapture` to see them).
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use etcd_ha::testkit::{Cluster, FaultProxy, Mode};
 use etcd_ha::{Client, Error, GetOptions, HealthState, KeptLease, PutOptions};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
@@ -76,6 +79,15 @@ fn lost_at(lease: &KeptLease) -> JoinHandle<Instant> {
     let lease = lease.clone();
     tokio::spawn(async move {
         lease.lost().await;
+        Instant::now()
+    })
+}
+
+/// A task that waits for `lease` to be at risk (or lost) and says when.
+fn at_risk_at(lease: &KeptLease) -> JoinHandle<Instant> {
+    let lease = lease.clone();
+    tokio::spawn(async move {
+        lease.at_risk().await;
         Instant::now()
     })
 }
@@ -386,6 +398,7 @@ async fn lost_at_the_local_expiry_when_the_cluster_is_down() {
         .unwrap();
     renewed(&lease, 2).await;
     let waiter = lost_at(&lease);
+    let warned = at_risk_at(&lease);
 
     cluster.kill_all();
     // Every member is dead from here on (a renewal sent while kill_all worked may still have
@@ -398,6 +411,19 @@ async fn lost_at_the_local_expiry_when_the_cluster_is_down() {
     );
     let lost = waiter.await.unwrap();
     let expires = lease.expires_at();
+    // Warned first, with a third of the TTL left.
+    let warned = warned.await.unwrap();
+    eprintln!(
+        "outage: at risk {:?} before the local expiry",
+        expires.saturating_duration_since(warned)
+    );
+    assert!(
+        warned >= expires - TTL / 3 && warned <= expires - TTL / 3 + LOST_MARGIN,
+        "at risk {:?} before the local expiry, not a third of the TTL ({:?})",
+        expires.saturating_duration_since(warned),
+        TTL / 3
+    );
+    assert!(!lease.is_at_risk(), "a lost lease is no longer at risk");
     eprintln!(
         "etcd {}: outage: lost {:?} after the local expiry, {:?} after the kill",
         cluster.etcd_version(),
@@ -479,4 +505,72 @@ async fn dropping_the_client_stops_the_keeper() {
     }
 
     drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_renewals_fall_behind_is_at_risk_before_it_is_lost() {
+    let cluster = Cluster::builder()
+        .members(1)
+        .start()
+        .await
+        .expect("start a 1-member etcd cluster");
+    cluster.leader(support::READY).await.unwrap();
+    // The only way to the member: a proxy that can swallow every byte (a half-open link).
+    let proxy = FaultProxy::start(cluster.client_addr(0)).unwrap();
+    let options = support::options_for(&cluster).without_member_sync();
+    let client = Client::connect([proxy.url("http")], options).await.unwrap();
+    let keeper = client.keeper();
+    const TTL: Duration = Duration::from_secs(9);
+    let lease = keeper.grant(TTL).await.unwrap();
+    let steady = keeper.grant(TTL).await.unwrap();
+    // Renewed in time for two periods: never at risk.
+    renewed(&lease, 2).await;
+    assert!(!lease.is_at_risk() && !steady.is_at_risk());
+    assert_eq!(keeper.leases_at_risk(), 0);
+
+    let warned = at_risk_at(&lease);
+    let lost = lost_at(&lease);
+    proxy.set_mode(Mode::Blackhole);
+    let warned = warned.await.unwrap();
+    let expires = lease.expires_at();
+    eprintln!(
+        "etcd {}: at risk {:?} before the local expiry",
+        cluster.etcd_version(),
+        expires.saturating_duration_since(warned)
+    );
+    assert!(
+        warned >= expires - TTL / 3 && warned <= expires - TTL / 3 + LOST_MARGIN,
+        "at risk {:?} before the local expiry, not a third of the TTL",
+        expires.saturating_duration_since(warned)
+    );
+    assert!(lease.is_at_risk() && !lease.is_expired() && !lost.is_finished());
+    // The keeper's count follows (its task wakes at the same moment).
+    timeout(Duration::from_secs(1), async {
+        while keeper.leases_at_risk() != 2 {
+            sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the keeper counts both leases at risk");
+
+    // The link comes back with a third of the TTL left: a renewal gets through in time.
+    proxy.set_mode(Mode::Pass);
+    let healed = Instant::now();
+    timeout(TTL / 3, async {
+        while lease.is_at_risk() || steady.is_at_risk() {
+            sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a renewal ends the risk before the lease is lost");
+    eprintln!("renewed {:?} after the link came back", healed.elapsed());
+    assert!(!lease.is_expired() && !lost.is_finished());
+    timeout(Duration::from_secs(1), async {
+        while keeper.leases_at_risk() != 0 {
+            sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the keeper counts no lease at risk");
+    assert!(server_ttl(&client, lease.id()).await > 0);
 }

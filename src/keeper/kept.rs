@@ -128,6 +128,70 @@ impl KeptLease {
         view.is_lost(Instant::now())
     }
 
+    /// Whether the lease is at risk: not lost yet, but less than a third of its TTL is left
+    /// before its local expiry because its renewals have fallen behind (two renewal periods
+    /// without an answer). A renewal that gets through ends it. Never true for a lease whose
+    /// renewals come in time, and false again once it is lost.
+    ///
+    /// ```no_run
+    /// # fn demo(lease: etcd_ha::KeptLease) {
+    /// if lease.is_at_risk() {
+    ///     println!("finish or hand off the work: the lease may be lost in {:?}",
+    ///         lease.expires_at().saturating_duration_since(tokio::time::Instant::now()));
+    /// }
+    /// # }
+    /// ```
+    pub fn is_at_risk(&self) -> bool {
+        let view = self.handle.view.borrow();
+        view.is_at_risk(Instant::now())
+    }
+
+    /// Completes when the lease is at risk (see [`is_at_risk`](Self::is_at_risk)) or lost,
+    /// whichever comes first: the warning before [`lost`](Self::lost), while a third of the
+    /// TTL is still left to hand work off or stop taking more. Completes at once if it already
+    /// is; never completes while renewals come in time.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: etcd_ha::KeptLease) {
+    /// lease.at_risk().await;
+    /// if !lease.is_expired() {
+    ///     println!("renewals fall behind; lost by {:?} unless one gets through", lease.expires_at());
+    /// }
+    /// # }
+    /// ```
+    pub async fn at_risk(&self) {
+        let mut view = self.handle.view.clone();
+        loop {
+            let at = {
+                let v = view.borrow_and_update();
+                let now = Instant::now();
+                if v.is_lost(now) || v.is_at_risk(now) {
+                    return;
+                }
+                // Unconfirmed (kept by id, no answer yet): only a change can tell.
+                v.confirmed.then(|| v.at_risk_at())
+            };
+            let sleep = async {
+                match at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = sleep => {}
+                changed = view.changed() => {
+                    if changed.is_err() {
+                        // Nothing will renew the lease any more: at risk when its time comes.
+                        match at {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => return,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Completes when the lease is lost: at its local expiry if no renewal came in time
     /// (even if the client is gone by then), or as soon as the server answers that it expired
     /// or was revoked. Never completes while the lease is kept alive. Any number of tasks may
@@ -233,6 +297,7 @@ mod tests {
             next_generation: AtomicU64::new(1),
             sweep_at: std::sync::atomic::AtomicUsize::new(0),
             streams_opened: AtomicU64::new(0),
+            at_risk: std::sync::atomic::AtomicUsize::new(0),
             streams_broken: AtomicU64::new(0),
             stream_endpoint: Mutex::new(None),
         });
@@ -303,6 +368,61 @@ mod tests {
         drop(tx);
         lease.lost().await;
         assert_eq!(Instant::now(), start + Duration::from_secs(6));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_risk_fires_a_third_of_the_ttl_before_the_expiry_and_a_renewal_puts_it_off() {
+        let (lease, tx) = handle(view(Duration::from_secs(6)));
+        let start = Instant::now();
+        let waiter = tokio::spawn({
+            let lease = lease.clone();
+            async move {
+                lease.at_risk().await;
+                Instant::now()
+            }
+        });
+        // Renewed at 2 s: the next risk moves to 8 s - 2 s.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!lease.is_at_risk());
+        tx.send_modify(|v| v.expires_at = start + Duration::from_secs(8));
+        assert_eq!(waiter.await.unwrap(), start + Duration::from_secs(6));
+        assert!(lease.is_at_risk());
+        assert!(!lease.is_expired());
+        // Lost: no longer at risk, and at_risk() completes at once.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(lease.is_expired() && !lease.is_at_risk());
+        lease.at_risk().await;
+        assert_eq!(Instant::now(), start + Duration::from_secs(8));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_risk_completes_when_the_server_says_gone_and_waits_for_the_first_answer() {
+        let (lease, tx) = handle(view(Duration::from_secs(6)));
+        let start = Instant::now();
+        tx.send_modify(|v| v.lost = Some(Lost::Gone));
+        lease.at_risk().await;
+        assert_eq!(Instant::now(), start);
+
+        // Kept by id, no answer yet: its wait bound says nothing of risk.
+        let mut unconfirmed = view(Duration::from_secs(1));
+        unconfirmed.confirmed = false;
+        let (lease, tx) = handle(unconfirmed);
+        assert!(!lease.is_at_risk());
+        let waiter = tokio::spawn({
+            let lease = lease.clone();
+            async move { lease.at_risk().await }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!waiter.is_finished());
+        tx.send_modify(|v| {
+            v.confirmed = true;
+            v.expires_at = start + Duration::from_millis(500) + Duration::from_secs(6);
+        });
+        waiter.await.unwrap();
+        assert_eq!(
+            Instant::now(),
+            start + Duration::from_millis(500) + Duration::from_secs(4)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -100,6 +100,8 @@ struct Shared {
     sweep_at: AtomicUsize,
     /// Keep-alive streams opened so far (one, unless failures forced reopening).
     streams_opened: AtomicU64,
+    /// Kept leases at risk now, as the task last counted them.
+    at_risk: AtomicUsize,
     /// Keep-alive streams that the server ended or that failed, as opposed to those the keeper
     /// left for a better member (silence, ill health, a stall).
     streams_broken: AtomicU64,
@@ -117,6 +119,7 @@ impl Keeper {
                 next_generation: AtomicU64::new(1),
                 sweep_at: AtomicUsize::new(SWEEP_FLOOR),
                 streams_opened: AtomicU64::new(0),
+                at_risk: AtomicUsize::new(0),
                 streams_broken: AtomicU64::new(0),
                 stream_endpoint: Mutex::new(None),
             }),
@@ -216,6 +219,27 @@ impl Keeper {
         Ok(KeptLease { handle })
     }
 
+    /// How many kept leases are at risk now: confirmed, not lost, with less than a third of
+    /// their TTL left before their local expiry, because their renewals have fallen behind (a
+    /// stream down longer than a failover takes, a server or link too slow for the number of
+    /// leases). Each lease falling at risk is also logged (`warn`) and counted
+    /// (`etcd_ha_leases_at_risk_total`, with the gauge `etcd_ha_leases_at_risk`; feature
+    /// `metrics`), before it is lost: the time left is what an alert has to act on.
+    ///
+    /// Counted by the keeper's task as it wakes for each lease's moment, so it can trail
+    /// [`KeptLease::is_at_risk`] by a scheduler tick.
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// if client.keeper().leases_at_risk() > 0 {
+    ///     eprintln!("lease renewals are falling behind");
+    /// }
+    /// # }
+    /// ```
+    pub fn leases_at_risk(&self) -> usize {
+        self.shared.at_risk.load(Ordering::Relaxed)
+    }
+
     /// How many keep-alive streams this keeper has opened (for tests: one, unless failures
     /// forced it to reopen).
     ///
@@ -271,6 +295,7 @@ impl fmt::Debug for Keeper {
                     .filter(|(_, weak)| weak.strong_count() > 0)
                     .count(),
             )
+            .field("at_risk", &self.leases_at_risk())
             .field("streams_opened", &self.streams_opened())
             .field("streams_broken", &self.streams_broken())
             .finish()

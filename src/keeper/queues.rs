@@ -1,6 +1,7 @@
 //! The keeper table's orderings, kept incrementally so that no answer and no turn of the task
 //! walks every lease: leases by local expiry, idle ones by next renewal, those found due by
-//! urgency, the TTLs (for the silence limit) and how many requests are in flight.
+//! urgency, watched ones by the moment they fall at risk, the TTLs (for the silence limit) and
+//! how many requests are in flight or leases are at risk.
 //!
 //! Each lease is indexed by its [`Keys`]; the table changes a lease's keys only by taking it
 //! out ([`Queues::remove`]) and putting it back ([`Queues::add`]), so the orderings never
@@ -10,6 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::ttl::at_risk_from;
 
 /// Where a lease is in its renewal cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +26,18 @@ pub(super) enum Stage {
     InFlight(Instant),
 }
 
+/// Whether a lease's fall behind is watched for (see [`at_risk_from`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Risk {
+    /// Not watched: a lease kept by id before its first answer (its expiry is only a wait
+    /// bound, not a renewal's).
+    Unwatched,
+    /// Renewed in time so far; it falls at risk at [`Keys::at_risk_at`].
+    Watched,
+    /// Reported at risk; a renewal brings it back to `Watched`.
+    Reported,
+}
+
 /// What the orderings know of one lease.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Keys {
@@ -33,6 +48,14 @@ pub(super) struct Keys {
     /// Mirror of the view's `ttl`, for the cadence and the silence limit.
     pub(super) ttl: Duration,
     pub(super) stage: Stage,
+    pub(super) risk: Risk,
+}
+
+impl Keys {
+    /// When the lease falls at risk if no renewal comes first.
+    pub(super) fn at_risk_at(&self) -> Instant {
+        at_risk_from(self.expires_at, self.ttl)
+    }
 }
 
 /// The orderings of every kept lease. Ids break ties, so each set holds one item per lease.
@@ -48,10 +71,14 @@ pub(super) struct Queues {
     /// Ready leases by next renewal (all past): the next wake stays what it was before they
     /// were found due.
     ready_renewals: BTreeSet<(Instant, i64)>,
+    /// Watched leases by the moment they fall at risk: the next one to report.
+    by_risk: BTreeSet<(Instant, i64)>,
     /// How many leases have each TTL: the smallest sets the silence limit.
     ttls: BTreeMap<Duration, usize>,
     /// Leases with a request in flight.
     in_flight: usize,
+    /// Leases reported at risk.
+    at_risk: usize,
 }
 
 impl Queues {
@@ -59,6 +86,13 @@ impl Queues {
     pub(super) fn add(&mut self, id: i64, keys: &Keys) {
         self.by_expiry.insert((keys.expires_at, id));
         *self.ttls.entry(keys.ttl).or_insert(0) += 1;
+        match keys.risk {
+            Risk::Unwatched => {}
+            Risk::Watched => {
+                self.by_risk.insert((keys.at_risk_at(), id));
+            }
+            Risk::Reported => self.at_risk += 1,
+        }
         match keys.stage {
             Stage::Waiting => {
                 self.waiting.insert((keys.next_renewal, id));
@@ -79,6 +113,13 @@ impl Queues {
             if *count == 0 {
                 self.ttls.remove(&keys.ttl);
             }
+        }
+        match keys.risk {
+            Risk::Unwatched => {}
+            Risk::Watched => {
+                self.by_risk.remove(&(keys.at_risk_at(), id));
+            }
+            Risk::Reported => self.at_risk = self.at_risk.saturating_sub(1),
         }
         match keys.stage {
             Stage::Waiting => {
@@ -115,6 +156,24 @@ impl Queues {
         let waiting = self.waiting.first().map(|(at, _)| *at);
         let ready = self.ready_renewals.first().map(|(at, _)| *at);
         waiting.into_iter().chain(ready).min()
+    }
+
+    /// A watched lease that is at risk at `now`, if any (the earliest to fall).
+    pub(super) fn falling_at_risk(&self, now: Instant) -> Option<i64> {
+        self.by_risk
+            .first()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, id)| *id)
+    }
+
+    /// When the next watched lease falls at risk.
+    pub(super) fn next_risk(&self) -> Option<Instant> {
+        self.by_risk.first().map(|(at, _)| *at)
+    }
+
+    /// How many leases are reported at risk.
+    pub(super) fn at_risk(&self) -> usize {
+        self.at_risk
     }
 
     /// The shortest TTL kept.

@@ -38,8 +38,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::queues::{Keys, Queues, Stage};
-use super::ttl::later;
+use super::queues::{Keys, Queues, Risk, Stage};
+use super::ttl::{at_risk_from, later};
 
 /// Why a lease is lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +76,17 @@ impl View {
         }
         self.lost.is_some() || now >= self.expires_at
     }
+
+    /// Whether the lease is at risk at `now`: confirmed, not lost, and less than a third of
+    /// its TTL left before its local expiry (its renewals have fallen behind).
+    pub(crate) fn is_at_risk(&self, now: Instant) -> bool {
+        self.confirmed && !self.is_lost(now) && now >= self.at_risk_at()
+    }
+
+    /// When the lease falls at risk if no renewal comes first.
+    pub(crate) fn at_risk_at(&self) -> Instant {
+        at_risk_from(self.expires_at, self.ttl)
+    }
 }
 
 /// What a keep-alive answer did.
@@ -83,6 +94,8 @@ impl View {
 pub(crate) enum Answer {
     /// Renewed; the new local expiry.
     Renewed(Instant),
+    /// Renewed after it had been reported at risk; the new local expiry.
+    Recovered(Instant),
     /// The server says the lease is gone; it was dropped from the table.
     Gone,
     /// Renewed on the server, but after our local expiry: it was already reported lost, so it
@@ -149,10 +162,10 @@ impl Table {
         view: watch::Sender<View>,
         next_renewal: Instant,
     ) {
-        let (ttl, expires_at) = {
+        let (ttl, expires_at, confirmed) = {
             let v = view.borrow();
             debug_assert!(v.lost.is_none(), "a lost lease is never kept again");
-            (v.ttl, v.expires_at)
+            (v.ttl, v.expires_at, v.confirmed)
         };
         // An older registration's request in flight is no longer ours to wait for.
         self.remove(id);
@@ -161,6 +174,11 @@ impl Table {
             next_renewal,
             ttl,
             stage: Stage::Waiting,
+            risk: if confirmed {
+                Risk::Watched
+            } else {
+                Risk::Unwatched
+            },
         };
         self.queues.add(id, &keys);
         self.leases.insert(
@@ -282,14 +300,41 @@ impl Table {
             outcome = Answer::Renewed(v.expires_at);
         });
         if let Answer::Renewed(expires_at) = outcome {
+            let was = entry.keys.risk;
             self.rekey(id, |k| {
                 k.expires_at = expires_at;
                 k.ttl = ttl;
                 k.next_renewal = later(sent_at, ttl / 3);
                 k.stage = Stage::Waiting;
+                k.risk = Risk::Watched;
             });
+            if was == Risk::Reported {
+                outcome = Answer::Recovered(expires_at);
+            }
         }
         outcome
+    }
+
+    /// Mark every watched lease whose renewals have fallen behind at `now` (less than a third
+    /// of its TTL left) as at risk; their ids, earliest first. Each is reported once until a
+    /// renewal brings it back. O(log n) per lease reported.
+    pub(crate) fn fall_at_risk(&mut self, now: Instant) -> Vec<i64> {
+        let mut fallen = Vec::new();
+        while let Some(id) = self.queues.falling_at_risk(now) {
+            self.rekey(id, |k| k.risk = Risk::Reported);
+            fallen.push(id);
+        }
+        fallen
+    }
+
+    /// How many kept leases are at risk now.
+    pub(crate) fn at_risk(&self) -> usize {
+        self.queues.at_risk()
+    }
+
+    /// When the next watched lease falls at risk if no renewal comes first.
+    pub(crate) fn next_risk(&self) -> Option<Instant> {
+        self.queues.next_risk()
     }
 
     /// Mark every lease whose local expiry has passed at `now` as lost and drop it; their ids,

@@ -35,6 +35,15 @@ use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
+/// A lease id as etcd's tools print it (hex), formatted only when a log line is written.
+struct LeaseId(i64);
+
+impl std::fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
+
 /// What handles ask of the task.
 pub(super) enum Command {
     /// Keep this lease (replacing an older registration of the same id).
@@ -153,11 +162,20 @@ impl KeeperTask {
         loop {
             let now = Instant::now();
             for id in self.table.expire(now) {
+                crate::metrics::lease_lost("expired");
                 tracing::warn!(
                     lease = %format!("{id:x}"),
                     "lease lost: its local expiry passed without a renewal",
                 );
             }
+            for id in self.table.fall_at_risk(now) {
+                crate::metrics::lease_at_risk();
+                tracing::warn!(
+                    lease = %format!("{id:x}"),
+                    "lease at risk: its renewals have fallen behind (a third of its TTL left)",
+                );
+            }
+            self.publish_at_risk();
             if self.table.is_empty() {
                 if self.try_exit() {
                     tracing::debug!("no lease kept; keeper stops");
@@ -168,6 +186,10 @@ impl KeeperTask {
             }
             link = self.advance(link, now);
             let mut wake = self.table.next_deadline(matches!(link, Link::Up { .. }));
+            // The next lease to fall at risk, whether or not a stream is up.
+            if let Some(at) = self.table.next_risk() {
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
             match &link {
                 Link::Down { retry_at, .. } => {
                     wake = Some(wake.map_or(*retry_at, |w| w.min(*retry_at)))
@@ -205,6 +227,18 @@ impl KeeperTask {
                 // A renewal, an expiry, the silence limit or a retry is due.
                 () = sleep => {}
             }
+        }
+    }
+
+    /// Tell handles and the metric how many leases are at risk, when that changed.
+    fn publish_at_risk(&mut self) {
+        let at_risk = self.table.at_risk();
+        let was = self
+            .shared
+            .at_risk
+            .swap(at_risk, std::sync::atomic::Ordering::Relaxed);
+        if was != at_risk {
+            crate::metrics::leases_at_risk(at_risk);
         }
     }
 
@@ -445,7 +479,8 @@ impl KeeperTask {
     }
 
     fn on_answer(&mut self, answer: &LeaseKeepAliveResponse) {
-        let lease = format!("{:x}", answer.id);
+        // Formatted only when a line is written (a renewal is the keeper's hot path).
+        let lease = LeaseId(answer.id);
         match self.table.answered(answer.id, answer.ttl) {
             Answer::Renewed(expires_at) => {
                 tracing::trace!(
@@ -455,10 +490,20 @@ impl KeeperTask {
                     "lease renewed",
                 );
             }
+            Answer::Recovered(expires_at) => {
+                tracing::info!(
+                    %lease,
+                    ttl = answer.ttl,
+                    expires_in = ?expires_at.saturating_duration_since(Instant::now()),
+                    "lease renewed again after being at risk",
+                );
+            }
             Answer::Gone => {
+                crate::metrics::lease_lost("gone");
                 tracing::warn!(%lease, "lease lost: the server says it expired or was revoked");
             }
             Answer::Late => {
+                crate::metrics::lease_lost("expired");
                 tracing::warn!(%lease, "lease lost: renewed only after its local expiry");
             }
             Answer::Unexpected => {}

@@ -66,6 +66,14 @@ pub(crate) fn later(at: Instant, d: Duration) -> Instant {
         .unwrap_or(at)
 }
 
+/// When a lease whose local expiry is `expires_at` falls *at risk*: a third of its TTL before
+/// that expiry. A kept lease is renewed a third of its TTL after its last renewal was sent, so
+/// it is at risk only once a second renewal period has passed with no answer: a missed renewal
+/// and a failover (a re-election, a new stream) take less than that on a healthy cluster.
+pub(crate) fn at_risk_from(expires_at: Instant, ttl: Duration) -> Instant {
+    expires_at.checked_sub(ttl / 3).unwrap_or(expires_at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +115,16 @@ mod tests {
             now + Duration::from_secs(1)
         );
         assert!(later(now, Duration::MAX) > now);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_risk_is_a_third_of_the_ttl_before_the_expiry() {
+        let expires = Instant::now() + Duration::from_secs(6);
+        assert_eq!(
+            at_risk_from(expires, Duration::from_secs(6)),
+            expires - Duration::from_secs(2)
+        );
+        // Any TTL (a server's is clamped to etcd's maximum, not to the clock): never a panic.
+        assert!(at_risk_from(expires, Duration::MAX) <= expires);
     }
 }
