@@ -1,6 +1,7 @@
 //! The benchmarks of etcd-ha, as a crate of their own so that none of their dependencies (the
 //! etcd-client baseline, clap, serde, hdrhistogram, indicatif, plotters) reaches the library's
-//! users. Two binaries: `failover-bench` (the main job) and `overhead-bench` (steady state).
+//! users. Three binaries: `failover-bench` (the main job), `overhead-bench` (steady state) and
+//! `lease-scale-bench` (leases kept by one client, next to the server's renewal limit).
 //!
 //! ```text
 //! scripts/failover-bench                      # the default scenarios, 3 trials, ~5 min on 2 cores
@@ -31,6 +32,7 @@
 //! election.rs     the cluster's own re-election time, from Status polls
 //! leadership.rs   the leadership probe: each client holds a leadership through the fault
 //! lease.rs        the lease probe: each client keeps a lease through the fault
+//! keepalive_limit.rs  the server's own renewal rate on bare keep-alive streams (lease-scale-bench)
 //! maintenance.rs  the planned-maintenance scripts: MoveLeader(s), graceful rolling restarts, drain
 //! metrics.rs      one loop's samples -> throughput, gaps, errors, recovery, latency
 //! stats.rs        repeated trials -> median / p90 / max, merged latency histograms
@@ -38,7 +40,7 @@
 //! watch.rs        the watch probe: a neutral writer, each client's watch through the fault
 //! progress.rs     indicatif on a terminal, plain phase lines otherwise
 //! report/         the JSON (serde), CSV, SVG timelines (plotters), Markdown and tables
-//! bin/            failover-bench and overhead-bench
+//! bin/            failover-bench, overhead-bench and lease-scale-bench
 //! ```
 //!
 //! The partition scenario needs network namespaces (root and `ip`); the blackhole scenario
@@ -52,6 +54,7 @@ pub mod cli;
 pub mod clients;
 pub mod election;
 pub mod goclient;
+pub mod keepalive_limit;
 pub mod leadership;
 pub mod lease;
 pub mod maintenance;

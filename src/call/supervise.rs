@@ -174,6 +174,28 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// Whether a leader-bound stream on `endpoint`, a follower, should move to the leader: the
+    /// client knows the leader, and finds it healthy, unsuspected and not drained. A follower
+    /// forwards each keep-alive to the leader one at a time (etcd's `LeaseRenew` over the peer
+    /// link), so a keep-alive stream there renews some 30 times fewer leases per second than
+    /// on the leader; one left there after a failover (opened while no leader was known)
+    /// starves once the leases due outnumber what it renews.
+    pub(crate) fn healthy_leader_elsewhere(&self, endpoint: &Endpoint) -> bool {
+        self.transport.upgrade().is_some_and(|t| {
+            let leader = t.balancer.leader_id();
+            leader != 0
+                && leader != endpoint.raft().member_id
+                && t.balancer.endpoints().iter().any(|e| {
+                    e.raft().member_id == leader
+                        && !e.is_draining()
+                        && !e.is_suspected()
+                        && e.state() == HealthState::Healthy
+                })
+        })
+    }
+}
+
 /// An open failed after `failures` failures in a row before it: when to try again.
 pub(crate) fn failed_open(failures: u32, now: Instant) -> Reopen {
     let failures = failures + 1;
@@ -252,6 +274,19 @@ mod tests {
             ep.on_probe_ok(true, Duration::from_millis(1));
         }
         assert!(supervisor.healthy_elsewhere(&eps[0]));
+        assert!(
+            supervisor.healthy_leader_elsewhere(&eps[1]),
+            "a follower, the leader healthy"
+        );
+        assert!(
+            !supervisor.healthy_leader_elsewhere(&eps[0]),
+            "on the leader"
+        );
+        eps[0].suspect();
+        assert!(
+            !supervisor.healthy_leader_elsewhere(&eps[1]),
+            "the leader is suspected: stay on the follower"
+        );
         eps[1].suspect();
         assert!(
             !supervisor.healthy_elsewhere(&eps[0]),

@@ -14,6 +14,15 @@
 //! better to go (a follower would forward them to the same leader), so the fixed rules and
 //! an election decide there.
 //!
+//! # On the leader
+//!
+//! A follower forwards each keep-alive to the leader, one at a time per stream (measured on
+//! etcd 3.6: ~2,500 renewals/s on a follower's stream against ~40,000 on the leader's), so a
+//! stream left on a follower starves once the leases due outnumber that: 30,000 leases of TTL
+//! 10 s lost 19,000 after a leader kill put the stream there. A stream on a follower moves to
+//! the leader as soon as the client knows a healthy one (and the stream has lived
+//! `MIN_STREAM_LIFE`).
+//!
 //! It runs while at least one lease is kept and the client is alive; [`Shared::send`] starts a
 //! new one when a lease is kept after it stopped.
 
@@ -317,6 +326,20 @@ impl KeeperTask {
                 let owed = self.table.owed_for(now);
                 if owed > Duration::ZERO && owed >= self.stall_limit(&endpoint) {
                     endpoint.suspect();
+                }
+                // On a follower while the leader is healthy (a stream opened during an
+                // election stays where it landed): every renewal would be forwarded, one at a
+                // time, so move (after MIN_STREAM_LIFE: a move is not a failed open).
+                if now.saturating_duration_since(opened) >= supervise::MIN_STREAM_LIFE
+                    && self.supervisor.healthy_leader_elsewhere(&endpoint)
+                {
+                    tracing::info!(
+                        endpoint = %endpoint.url,
+                        leases = self.table.len(),
+                        "keep-alive stream is on a follower, which forwards each renewal to the \
+                         leader; moving it to the leader"
+                    );
+                    return self.lost_stream(&endpoint, None, opened, failures, now);
                 }
                 if endpoint.is_suspected() && self.supervisor.leader_elsewhere(&endpoint) {
                     tracing::info!(
