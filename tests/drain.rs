@@ -13,6 +13,10 @@ use etcd_ha::testkit::Cluster;
 use support::traffic::{Seen, Traffic};
 use tokio::time::Instant;
 
+/// Held by each test for its whole run, whatever `--test-threads`: draining measures write stalls of tens of milliseconds, which a second
+/// cluster under load on the same two cores would blur.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The longest time writes may stand still once `drain` is called, leadership moving off the
 /// member included (issue 11's target).
 const DRAIN_GAP: Duration = Duration::from_millis(50);
@@ -87,6 +91,7 @@ fn longest_gap(seen: &[Seen], (from, to): (Instant, Instant)) -> (Duration, Dura
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_with_drain_reaches_no_caller() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = support::cluster3_in_memory().await;
     let client = support::client(&cluster).await;
     support::all_healthy(&client).await;
@@ -136,6 +141,7 @@ async fn rolling_restart_with_drain_reaches_no_caller() {
 /// writes go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_dropped_or_failed_leaves_the_member_undrained() {
+    let _serial = SERIAL.lock().await;
     let cluster = support::cluster3().await;
     let client = support::client(&cluster).await;
     support::all_healthy(&client).await;

@@ -26,6 +26,10 @@ use std::time::Duration;
 use support::traffic::Traffic;
 use tokio::time::Instant;
 
+/// Held by each test for its whole run, whatever `--test-threads`: a SIGTERM of the leader is measured in gaps of a few hundred milliseconds, which a second
+/// cluster under load on the same two cores would blur.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Whether a write error is one a client must not resend: the put may have been applied.
 fn is_ambiguous(error: &str) -> bool {
     ["Transport", "Timeout", "StreamClosed", "LeaderChanged"]
@@ -49,6 +53,7 @@ const IN_FLIGHT_AT_CLOSE: Duration = Duration::from_millis(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_sigterm_without_drain_reaches_only_ambiguous_writes() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = support::cluster3().await;
     let client = support::client(&cluster).await;
     support::all_healthy(&client).await;
@@ -81,6 +86,7 @@ async fn leader_sigterm_without_drain_reaches_only_ambiguous_writes() {
 /// errors at 1 in flight, where clientv3 lost nothing); through the followers they go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_sigterm_held_open_by_another_clients_stream_goes_on_through_followers() {
+    let _serial = SERIAL.lock().await;
     use etcd_ha::proto::etcdserverpb::watch_client::WatchClient;
     use etcd_ha::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, watch_request};
 

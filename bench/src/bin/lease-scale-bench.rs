@@ -1,33 +1,41 @@
-//! How many leases one etcd-ha client keeps, next to what the server itself can renew: the
-//! server's limit first (keep-alives pipelined on bare `LeaseKeepAlive` streams, no keeper),
-//! then etcd-ha's keeper holding 1,000 to 100,000 leases on a fresh 3-member cluster each, with
-//! no fault and through a SIGKILL of the member serving its keep-alive stream (issue 20).
+//! How many leases one client keeps, next to what the server itself can renew: the server's
+//! limit first (keep-alives pipelined on bare `LeaseKeepAlive` streams, no keeper), then
+//! etcd-ha's keeper (and, with `--clients`, the etcd-client crate with a keep-alive task per
+//! lease, as its docs show) holding 1,000 to 100,000 leases on a fresh 3-member cluster each,
+//! with no fault and through faults of the member serving the keep-alive stream (issue 20).
 //!
 //! ```text
 //! PROTOC=$(scripts/protoc-path) cargo run --release -p etcd-ha-bench --bin lease-scale-bench  # ~3 min
-//! ... --bin lease-scale-bench -- --counts 1000,10000,30000 --ttl 30 --data-dir /dev/shm
+//! ... --bin lease-scale-bench -- --counts 10000,30000 --ttl 30 --faults kill,freeze,kill-follower \
+//!     --clients etcd-ha,etcd-client --load 256 --data-dir /dev/shm
 //! ```
 //!
-//! For each count: the leases are granted 64 at a time through `Keeper::grant`; then for two
-//! TTLs with no fault, and two TTLs after the kill, it reports leases lost (`KeptLease::lost`'s
-//! verdict: local expiry or the server's word), the most at risk at once
-//! (`Keeper::leases_at_risk`), renewals answered per second against those due (a third of the
-//! TTL each), this process's CPU time per renewal (`getrusage`; the members are other
-//! processes) and resident memory per lease. A sample of the leases the client still holds is
+//! For each client and count: the leases are granted 64 at a time; then two TTLs with no
+//! fault, two TTLs per fault, then one TTL after the member is healed (a thawed leader, a
+//! restarted member catching up).
+//! Each phase reports the leases lost so far (etcd-ha: `KeptLease::lost`'s verdict; etcd-client:
+//! no answered renewal for a TTL, or the server's "gone"), the most at risk at once (less than a
+//! third of the TTL left), renewals answered per second against those due (a third of the TTL
+//! each), and, with `--load`, the puts per second of callers sharing the client. Then this
+//! process's CPU time per renewal in the quiet phase (`getrusage`; the members are other
+//! processes), resident memory per lease, and a sample of the leases the client still holds,
 //! asked of the server (`LeaseTimeToLive`): each must be alive there.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use etcd_ha::testkit::Cluster;
-use etcd_ha::{Client, KeptLease, Options};
+use etcd_ha::{Client, KeptLease, Options, PutOptions};
 use etcd_ha_bench::keepalive_limit::{self, Rate};
 use futures_util::StreamExt;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 
 /// The command line.
 #[derive(Parser, Debug)]
-#[command(about = "etcd-ha's lease keeper at scale, next to the server's own renewal limit")]
+#[command(about = "Leases kept by one client at scale, next to the server's own renewal limit")]
 struct Args {
     /// Leases kept by one client, one run each.
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
@@ -35,15 +43,21 @@ struct Args {
     /// The TTL of every lease, in seconds.
     #[arg(long, default_value_t = 10)]
     ttl: u64,
+    /// The clients measured, each on fresh clusters.
+    #[arg(long, value_delimiter = ',', default_value = "etcd-ha")]
+    clients: Vec<Who>,
+    /// The faults, in turn after the quiet phase, two TTLs each.
+    #[arg(long, value_delimiter = ',', default_value = "kill")]
+    faults: Vec<Fault>,
+    /// Callers putting 256-byte values through the same client all along (0: none).
+    #[arg(long, default_value_t = 0)]
+    load: usize,
     /// Bare streams at once for the server's limit.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
     streams: Vec<usize>,
     /// Keep-alives in flight per bare stream.
     #[arg(long, default_value_t = 64)]
     window: usize,
-    /// Leave out the SIGKILL of the keep-alive stream's member.
-    #[arg(long)]
-    no_fault: bool,
     /// Where the members keep their data (/dev/shm: a tmpfs, no fsync stalls).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -52,24 +66,172 @@ struct Args {
     etcd_version: Option<String>,
 }
 
-/// One count's results.
-struct Kept {
+/// A client measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Who {
+    /// etcd-ha's `Keeper`: every lease over one keep-alive stream.
+    EtcdHa,
+    /// The etcd-client crate: `lease_keep_alive` per lease, each renewed every TTL/3 by a task
+    /// of its own, reopened on error (what a careful application writes).
+    EtcdClient,
+}
+
+/// A fault of the phase after the quiet one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Fault {
+    /// SIGKILL of the member serving the keep-alive stream (etcd-client: the leader).
+    Kill,
+    /// SIGSTOP of that member for the phase.
+    Freeze,
+    /// SIGKILL of a member that serves no keep-alive stream (a follower).
+    KillFollower,
+}
+
+/// What a phase of two TTLs saw.
+struct Phase {
+    name: String,
+    /// Lost so far (not only in this phase).
+    lost: usize,
+    most_at_risk: usize,
+    renewals_per_s: f64,
+    puts_per_s: f64,
+}
+
+/// One client and count's results.
+struct Row {
+    who: Who,
     count: usize,
     grant: Duration,
     grant_errors: usize,
-    quiet: Phase,
-    fault: Option<Phase>,
+    phases: Vec<Phase>,
     cpu_per_renewal_us: f64,
     kib_per_lease: f64,
     /// (alive on the server, asked) of a sample the client believes alive.
     server_sample: (usize, usize),
 }
 
-/// What a phase of two TTLs saw.
-struct Phase {
-    lost: usize,
-    most_at_risk: usize,
-    renewals_per_s: f64,
+/// The leases one client keeps, as the bench sees them.
+enum Leases {
+    Ha(Client, Vec<KeptLease>),
+    /// Boxed: etcd-client's client is large.
+    Ec(Box<EcLeases>),
+}
+
+/// etcd-client's leases: for each, when the send of its last answered renewal was (ms since
+/// `epoch`) and whether the server said it is gone; the tasks renewing them.
+struct EcLeases {
+    client: etcd_client::Client,
+    epoch: Instant,
+    ttl: Duration,
+    ids: Vec<i64>,
+    last_ok_ms: Arc<Vec<AtomicU64>>,
+    gone: Arc<Vec<AtomicBool>>,
+    renewals: Arc<AtomicU64>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Leases {
+    fn renewals(&self) -> u64 {
+        match self {
+            Leases::Ha(_, leases) => leases.iter().map(KeptLease::renewals).sum(),
+            Leases::Ec(ec) => ec.renewals.load(Ordering::Relaxed),
+        }
+    }
+
+    /// (lost, at risk) now.
+    fn lost_and_at_risk(&self) -> (usize, usize) {
+        match self {
+            Leases::Ha(client, leases) => (
+                leases.iter().filter(|l| l.is_expired()).count(),
+                client.keeper().leases_at_risk(),
+            ),
+            Leases::Ec(ec) => {
+                let now = ec.epoch.elapsed();
+                let (mut lost, mut at_risk) = (0, 0);
+                for (i, last) in ec.last_ok_ms.iter().enumerate() {
+                    let left = (Duration::from_millis(last.load(Ordering::Relaxed)) + ec.ttl)
+                        .saturating_sub(now);
+                    if ec.gone[i].load(Ordering::Relaxed) || left.is_zero() {
+                        lost += 1;
+                    } else if left < ec.ttl / 3 {
+                        at_risk += 1;
+                    }
+                }
+                (lost, at_risk)
+            }
+        }
+    }
+
+    /// Up to 200 leases the client believes alive, asked of the server: (alive there, asked).
+    async fn server_sample(&self) -> (usize, usize) {
+        let alive: Vec<i64> = match self {
+            Leases::Ha(_, leases) => leases
+                .iter()
+                .filter(|l| !l.is_expired())
+                .map(KeptLease::id)
+                .collect(),
+            Leases::Ec(ec) => {
+                let now = ec.epoch.elapsed();
+                (0..ec.ids.len())
+                    .filter(|&i| {
+                        let last = Duration::from_millis(ec.last_ok_ms[i].load(Ordering::Relaxed));
+                        !ec.gone[i].load(Ordering::Relaxed) && last + ec.ttl > now
+                    })
+                    .map(|i| ec.ids[i])
+                    .collect()
+            }
+        };
+        let step = (alive.len() / 200).max(1);
+        let (mut on_server, mut asked) = (0, 0);
+        for &id in alive.iter().step_by(step) {
+            asked += 1;
+            let ttl = match self {
+                Leases::Ha(client, _) => client
+                    .lease()
+                    .time_to_live(id, false)
+                    .await
+                    .map(|i| i.ttl)
+                    .ok(),
+                Leases::Ec(ec) => ec
+                    .client
+                    .lease_client()
+                    .time_to_live(id, None)
+                    .await
+                    .map(|r| r.ttl())
+                    .ok(),
+            };
+            if ttl.is_some_and(|t| t > 0) {
+                on_server += 1;
+            }
+        }
+        (on_server, asked)
+    }
+
+    /// The member whose faults hit the keep-alive streams: etcd-ha's stream member, or for
+    /// etcd-client (streams spread round-robin) the leader.
+    async fn stream_member(&self, cluster: &Cluster) -> usize {
+        let leader = cluster
+            .leader(Duration::from_secs(30))
+            .await
+            .expect("a leader");
+        match self {
+            Leases::Ha(client, _) => {
+                let url = client.keeper().stream_endpoint();
+                (0..cluster.len())
+                    .find(|&i| url.as_deref() == Some(&cluster.endpoint(i)))
+                    .unwrap_or(leader)
+            }
+            Leases::Ec(_) => leader,
+        }
+    }
+}
+
+impl Drop for EcLeases {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
 }
 
 /// User plus system CPU time of this process so far.
@@ -139,32 +301,13 @@ async fn server_limit(args: &Args, binary: &std::path::Path) -> Vec<(String, Rat
     rates
 }
 
-/// Sample the keeper every 100 ms for `hold`: (lost at the end, most at risk at once,
-/// renewals answered in that time).
-async fn hold(client: &Client, leases: &[KeptLease], hold: Duration) -> (usize, usize, u64) {
-    let renewals = |leases: &[KeptLease]| leases.iter().map(KeptLease::renewals).sum::<u64>();
-    let before = renewals(leases);
-    let end = Instant::now() + hold;
-    let mut most_at_risk = 0;
-    while Instant::now() < end {
-        most_at_risk = most_at_risk.max(client.keeper().leases_at_risk());
-        sleep(Duration::from_millis(100)).await;
-    }
-    let lost = leases.iter().filter(|l| l.is_expired()).count();
-    (lost, most_at_risk, renewals(leases) - before)
-}
-
-/// One count on a fresh cluster.
-async fn keep(args: &Args, binary: &std::path::Path, count: usize) -> Kept {
-    let (mut cluster, _) = cluster(args, binary).await;
-    let ttl = Duration::from_secs(args.ttl);
+/// Grant `count` leases with etcd-ha's keeper, 64 at a time.
+async fn grant_ha(cluster: &Cluster, count: usize, ttl: Duration) -> (Leases, usize) {
     let client = Client::connect(cluster.endpoints(), Options::default())
         .await
         .expect("etcd-ha connects");
     // Let the probes find the leader: the stream opens there.
     sleep(Duration::from_secs(1)).await;
-    let rss_before = rss_kb();
-    let started = Instant::now();
     let keeper = client.keeper();
     let granted: Vec<_> = futures_util::stream::iter(0..count)
         .map(|_| {
@@ -174,86 +317,289 @@ async fn keep(args: &Args, binary: &std::path::Path, count: usize) -> Kept {
         .buffer_unordered(64)
         .collect()
         .await;
-    let grant = started.elapsed();
-    let grant_errors = granted.iter().filter(|g| g.is_err()).count();
-    let leases: Vec<KeptLease> = granted.into_iter().filter_map(Result::ok).collect();
-    let kib_per_lease = rss_kb().saturating_sub(rss_before) as f64 / count.max(1) as f64;
+    let errors = granted.iter().filter(|g| g.is_err()).count();
+    let leases = granted.into_iter().filter_map(Result::ok).collect();
+    (Leases::Ha(client, leases), errors)
+}
 
-    let cpu = cpu_time();
-    let (lost, most_at_risk, renewals) = hold(&client, &leases, 2 * ttl).await;
-    let cpu_per_renewal_us =
-        cpu_time().saturating_sub(cpu).as_secs_f64() * 1e6 / renewals.max(1) as f64;
-    let quiet = Phase {
-        lost,
-        most_at_risk,
-        renewals_per_s: renewals as f64 / (2 * ttl).as_secs_f64(),
-    };
-
-    let fault = if args.no_fault {
-        None
-    } else {
-        let url = keeper.stream_endpoint();
-        let member = (0..cluster.len()).find(|&i| url.as_deref() == Some(&cluster.endpoint(i)));
-        let member = member.expect("the keep-alive stream's member is one of the cluster's");
-        let leader = cluster.leader(Duration::from_secs(5)).await.ok();
-        println!(
-            "  {count} leases: SIGKILL of member {member} (serving the keep-alive stream{})",
-            if leader == Some(member) {
-                ", the leader"
-            } else {
-                ""
+/// Grant `count` leases with etcd-client, 64 at a time, and start a keep-alive task for each.
+async fn grant_ec(cluster: &Cluster, count: usize, ttl: Duration) -> (Leases, usize) {
+    let client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .expect("etcd-client connects");
+    let epoch = Instant::now();
+    let granted: Vec<_> = futures_util::stream::iter(0..count)
+        .map(|_| {
+            let mut lease = client.lease_client();
+            async move {
+                let sent = epoch.elapsed();
+                lease
+                    .grant(ttl.as_secs() as i64, None)
+                    .await
+                    .map(|g| (g.id(), sent))
             }
-        );
-        cluster.kill(member);
-        let (lost, most_at_risk, renewals) = hold(&client, &leases, 2 * ttl).await;
-        cluster.restart(member).await.expect("the member restarts");
-        Some(Phase {
-            lost,
-            most_at_risk,
-            renewals_per_s: renewals as f64 / (2 * ttl).as_secs_f64(),
         })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let errors = granted.iter().filter(|g| g.is_err()).count();
+    let granted: Vec<(i64, Duration)> = granted.into_iter().filter_map(Result::ok).collect();
+    let last_ok_ms: Arc<Vec<AtomicU64>> = Arc::new(
+        granted
+            .iter()
+            .map(|(_, sent)| AtomicU64::new(sent.as_millis() as u64))
+            .collect(),
+    );
+    let gone: Arc<Vec<AtomicBool>> =
+        Arc::new(granted.iter().map(|_| AtomicBool::new(false)).collect());
+    let renewals = Arc::new(AtomicU64::new(0));
+    let tasks = granted
+        .iter()
+        .enumerate()
+        .map(|(i, &(id, _))| {
+            let lease = client.lease_client();
+            let (last_ok_ms, gone, renewals) = (last_ok_ms.clone(), gone.clone(), renewals.clone());
+            tokio::spawn(keep_ec(
+                lease,
+                id,
+                ttl,
+                epoch,
+                move |outcome| match outcome {
+                    Some(sent) => {
+                        last_ok_ms[i].store(sent.as_millis() as u64, Ordering::Relaxed);
+                        renewals.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => gone[i].store(true, Ordering::Relaxed),
+                },
+            ))
+        })
+        .collect();
+    let ids = granted.iter().map(|(id, _)| *id).collect();
+    let leases = EcLeases {
+        client,
+        epoch,
+        ttl,
+        ids,
+        last_ok_ms,
+        gone,
+        renewals,
+        tasks,
     };
+    (Leases::Ec(Box::new(leases)), errors)
+}
 
-    // The client's word against the server's, on a sample it believes alive.
-    let alive: Vec<&KeptLease> = leases.iter().filter(|l| !l.is_expired()).collect();
-    let step = (alive.len() / 200).max(1);
-    let mut asked = 0;
-    let mut on_server = 0;
-    for lease in alive.iter().step_by(step) {
-        asked += 1;
-        if let Ok(info) = client.lease().time_to_live(lease.id(), false).await
-            && info.ttl > 0
-        {
-            on_server += 1;
+/// One etcd-client lease kept by a task of its own: a keep-alive stream, a renewal every TTL/3
+/// (each answer awaited at most TTL/3), the stream opened again after an error, with backoff.
+/// `answered(Some(sent))` on each renewal (its send time since `epoch`), `answered(None)` once
+/// the server says the lease is gone.
+async fn keep_ec(
+    mut client: etcd_client::LeaseClient,
+    id: i64,
+    ttl: Duration,
+    epoch: Instant,
+    answered: impl Fn(Option<Duration>),
+) {
+    let period = ttl / 3;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if let Ok((mut keeper, mut stream)) = client.keep_alive(id).await {
+            loop {
+                sleep(period).await;
+                let sent = epoch.elapsed();
+                let renew = async {
+                    keeper.keep_alive().await?;
+                    stream.message().await
+                };
+                match tokio::time::timeout(period, renew).await {
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                        answered(Some(sent));
+                        backoff = Duration::from_millis(100);
+                    }
+                    Ok(Ok(Some(_))) => return answered(None),
+                    _ => break,
+                }
+            }
         }
-    }
-    Kept {
-        count,
-        grant,
-        grant_errors,
-        quiet,
-        fault,
-        cpu_per_renewal_us,
-        kib_per_lease,
-        server_sample: (on_server, asked),
+        sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }
 
-async fn run(args: Args) {
-    let binary = match &args.etcd_version {
-        Some(v) => {
+/// Callers putting through the client of `leases` until dropped; counts the puts.
+struct Load {
+    puts: Arc<AtomicU64>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(leases: &Leases, callers: usize) -> Load {
+        let puts = Arc::new(AtomicU64::new(0));
+        let value = vec![b'v'; 256];
+        let tasks = (0..callers)
+            .map(|c| {
+                let (puts, value) = (puts.clone(), value.clone());
+                let key = format!("load/{c}");
+                match leases {
+                    Leases::Ha(client, _) => {
+                        let kv = client.kv();
+                        tokio::spawn(async move {
+                            loop {
+                                if kv
+                                    .put(key.as_str(), value.clone(), PutOptions::new())
+                                    .await
+                                    .is_ok()
+                                {
+                                    puts.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        })
+                    }
+                    Leases::Ec(ec) => {
+                        let mut kv = ec.client.kv_client();
+                        tokio::spawn(async move {
+                            loop {
+                                if kv.put(key.as_str(), value.clone(), None).await.is_ok() {
+                                    puts.fetch_add(1, Ordering::Relaxed);
+                                } else {
+                                    sleep(Duration::from_millis(10)).await;
+                                }
+                            }
+                        })
+                    }
+                }
+            })
+            .collect();
+        Load { puts, tasks }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Sample `leases` every 100 ms for `hold`.
+async fn hold(name: String, leases: &Leases, load: &Load, hold: Duration) -> Phase {
+    let (renewals, puts) = (leases.renewals(), load.puts.load(Ordering::Relaxed));
+    let end = Instant::now() + hold;
+    let mut most_at_risk = 0;
+    while Instant::now() < end {
+        most_at_risk = most_at_risk.max(leases.lost_and_at_risk().1);
+        sleep(Duration::from_millis(100)).await;
+    }
+    let secs = hold.as_secs_f64();
+    Phase {
+        name,
+        lost: leases.lost_and_at_risk().0,
+        most_at_risk,
+        renewals_per_s: (leases.renewals() - renewals) as f64 / secs,
+        puts_per_s: (load.puts.load(Ordering::Relaxed) - puts) as f64 / secs,
+    }
+}
+
+/// The fault's name on the command line.
+fn fault_name(fault: Fault) -> String {
+    fault
+        .to_possible_value()
+        .map_or_else(|| format!("{fault:?}"), |v| v.get_name().to_owned())
+}
+
+/// One client and count on a fresh cluster.
+async fn keep(args: &Args, binary: &std::path::Path, who: Who, count: usize) -> Row {
+    let (mut cluster, _) = cluster(args, binary).await;
+    let ttl = Duration::from_secs(args.ttl);
+    let rss_before = rss_kb();
+    let started = Instant::now();
+    let (leases, grant_errors) = match who {
+        Who::EtcdHa => grant_ha(&cluster, count, ttl).await,
+        Who::EtcdClient => grant_ec(&cluster, count, ttl).await,
+    };
+    let grant = started.elapsed();
+    let kib_per_lease = rss_kb().saturating_sub(rss_before) as f64 / count.max(1) as f64;
+    let load = Load::start(&leases, args.load);
+
+    let cpu = cpu_time();
+    let renewals = leases.renewals();
+    let quiet = hold("no fault".into(), &leases, &load, 2 * ttl).await;
+    let cpu_per_renewal_us = cpu_time().saturating_sub(cpu).as_secs_f64() * 1e6
+        / (leases.renewals() - renewals).max(1) as f64;
+    let mut phases = vec![quiet];
+    for &fault in &args.faults {
+        let stream = leases.stream_member(&cluster).await;
+        let leader = cluster.leader(Duration::from_secs(30)).await.ok();
+        let role = |i: usize| {
+            if leader == Some(i) {
+                "the leader"
+            } else {
+                "a follower"
+            }
+        };
+        let (member, name) = match fault {
+            Fault::Kill => (
+                stream,
+                format!("SIGKILL of the stream's member ({})", role(stream)),
+            ),
+            Fault::Freeze => (
+                stream,
+                format!("SIGSTOP of the stream's member ({})", role(stream)),
+            ),
+            Fault::KillFollower => {
+                let other = (0..cluster.len())
+                    .find(|&i| i != stream && Some(i) != leader)
+                    .expect("a member serving no stream");
+                (
+                    other,
+                    format!("SIGKILL of {} serving no stream", role(other)),
+                )
+            }
+        };
+        match fault {
+            Fault::Freeze => cluster.stop(member),
+            Fault::Kill | Fault::KillFollower => cluster.kill(member),
+        }
+        phases.push(hold(name, &leases, &load, 2 * ttl).await);
+        match fault {
+            Fault::Freeze => cluster.cont(member),
+            Fault::Kill | Fault::KillFollower => {
+                cluster.restart(member).await.expect("the member restarts")
+            }
+        }
+        // What the heal itself does (a thawed leader, a member catching up), apart from
+        // the next fault.
+        let healed = format!("{} healed", fault_name(fault));
+        phases.push(hold(healed, &leases, &load, ttl).await);
+    }
+    drop(load);
+    let server_sample = leases.server_sample().await;
+    Row {
+        who,
+        count,
+        grant,
+        grant_errors,
+        phases,
+        cpu_per_renewal_us,
+        kib_per_lease,
+        server_sample,
+    }
+}
+
+/// The etcd binary of the run and its version line.
+fn server(args: &Args) -> (std::path::PathBuf, String) {
+    let binary = match (&args.etcd_version, std::env::var_os("ETCD_BIN")) {
+        (Some(v), _) => {
             etcd_ha_bench::server::resolve(v)
                 .expect("the etcd server")
                 .binary
         }
-        None => match std::env::var_os("ETCD_BIN") {
-            Some(bin) => bin.into(),
-            None => {
-                etcd_ha_bench::server::resolve(etcd_ha_bench::server::DEFAULT_VERSION)
-                    .expect("the etcd server")
-                    .binary
-            }
-        },
+        (None, Some(bin)) => bin.into(),
+        (None, None) => {
+            etcd_ha_bench::server::resolve(etcd_ha_bench::server::DEFAULT_VERSION)
+                .expect("the etcd server")
+                .binary
+        }
     };
     let version = std::process::Command::new(&binary)
         .arg("--version")
@@ -266,6 +612,11 @@ async fn run(args: Args) {
                 .to_owned()
         })
         .unwrap_or_default();
+    (binary, version)
+}
+
+async fn run(args: Args) {
+    let (binary, version) = server(&args);
     let ttl = Duration::from_secs(args.ttl);
     println!(
         "{version}; 3 members on 127.0.0.1; data in {:?}",
@@ -274,69 +625,55 @@ async fn run(args: Args) {
     println!("the server's limit (bare LeaseKeepAlive streams, no keeper):");
     let limit = server_limit(&args, &binary).await;
     let best = limit.iter().map(|(_, r)| r.total).fold(0.0_f64, f64::max);
+    let keeps = keepalive_limit::leases_kept_at(best, ttl);
     println!(
-        "  at TTL {} s (a renewal every TTL/3) the best of these keeps at most {} leases",
-        args.ttl,
-        keepalive_limit::leases_kept_at(best, ttl)
+        "  at TTL {} s (a renewal every TTL/3) the best of these keeps at most {keeps} leases",
+        args.ttl
     );
     let mut rows = Vec::new();
-    for &count in &args.counts {
-        let kept = keep(&args, &binary, count).await;
-        rows.push(kept);
+    for &who in &args.clients {
+        for &count in &args.counts {
+            println!("  {who:?}: {count} leases ...");
+            rows.push(keep(&args, &binary, who, count).await);
+        }
     }
-    let due = |count: usize| count as f64 * 3.0 / ttl.as_secs_f64();
     println!();
     println!(
-        "etcd-ha keeper, TTL {} s, two TTLs each; server limit {:.0} renewals/s (keeps {} at \
-         this TTL)",
-        args.ttl,
-        best,
-        keepalive_limit::leases_kept_at(best, ttl)
+        "TTL {} s, two TTLs a phase, {} callers putting; server limit {best:.0} renewals/s (keeps \
+         {keeps} at this TTL); lost counts from the start",
+        args.ttl, args.load
     );
     println!(
-        "{:>7} {:>9} {:>10} {:>11} {:>10} {:>11} {:>10} {:>10} {:>11} {:>10} {:>9}",
-        "leases",
-        "grant [s]",
-        "lost quiet",
-        "renewals/s",
-        "due/s",
-        "at risk max",
-        "cpu/renew",
-        "KiB/lease",
-        "lost killed",
-        "at risk",
-        "on server"
+        "{:<12} {:>7} {:<44} {:>6} {:>8} {:>11} {:>7} {:>7}",
+        "client", "leases", "phase", "lost", "at risk", "renewals/s", "due/s", "puts/s"
     );
-    for k in &rows {
-        let (lost_killed, risk_killed) = k
-            .fault
-            .as_ref()
-            .map_or(("-".to_owned(), "-".to_owned()), |f| {
-                (f.lost.to_string(), f.most_at_risk.to_string())
-            });
-        println!(
-            "{:>7} {:>9.1} {:>10} {:>11.0} {:>10.0} {:>11} {:>8.1}us {:>10.2} {:>11} {:>10} {:>9}",
-            k.count,
-            k.grant.as_secs_f64(),
-            k.quiet.lost,
-            k.quiet.renewals_per_s,
-            due(k.count),
-            k.quiet.most_at_risk,
-            k.cpu_per_renewal_us,
-            k.kib_per_lease,
-            lost_killed,
-            risk_killed,
-            format!("{}/{}", k.server_sample.0, k.server_sample.1),
-        );
-        if k.grant_errors > 0 {
-            println!("  {} of {} grants failed", k.grant_errors, k.count);
-        }
-        if let Some(f) = &k.fault {
+    for row in &rows {
+        let due = row.count as f64 * 3.0 / ttl.as_secs_f64();
+        for p in &row.phases {
             println!(
-                "  {} leases after the kill: {:.0} renewals/s",
-                k.count, f.renewals_per_s
+                "{:<12} {:>7} {:<44} {:>6} {:>8} {:>11.0} {:>7.0} {:>7.0}",
+                format!("{:?}", row.who),
+                row.count,
+                p.name,
+                p.lost,
+                p.most_at_risk,
+                p.renewals_per_s,
+                due,
+                p.puts_per_s
             );
         }
+        println!(
+            "{:<12} {:>7} granted in {:.1} s ({} failed); {:.1} us CPU per renewal (no fault); \
+             {:.2} KiB per lease; alive on the server: {}/{} of a sample",
+            format!("{:?}", row.who),
+            row.count,
+            row.grant.as_secs_f64(),
+            row.grant_errors,
+            row.cpu_per_renewal_us,
+            row.kib_per_lease,
+            row.server_sample.0,
+            row.server_sample.1
+        );
     }
 }
 
