@@ -13,8 +13,9 @@ use etcd_ha::testkit::Cluster;
 use support::traffic::{Seen, Traffic};
 use tokio::time::Instant;
 
-/// Held by each test for its whole run, whatever `--test-threads`: draining measures write stalls of tens of milliseconds, which a second
-/// cluster under load on the same two cores would blur.
+/// Held by each test for its whole run, whatever `--test-threads`: draining measures write
+/// stalls of tens of milliseconds, which a second cluster under load on the same two cores
+/// would blur.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The longest time writes may stand still once `drain` is called, leadership moving off the

@@ -26,8 +26,9 @@ use std::time::Duration;
 use support::traffic::Traffic;
 use tokio::time::Instant;
 
-/// Held by each test for its whole run, whatever `--test-threads`: a SIGTERM of the leader is measured in gaps of a few hundred milliseconds, which a second
-/// cluster under load on the same two cores would blur.
+/// Held by each test for its whole run, whatever `--test-threads`: a SIGTERM of the leader is
+/// measured in gaps of a few hundred milliseconds, which a second cluster under load on the
+/// same two cores would blur.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Whether a write error is one a client must not resend: the put may have been applied.
