@@ -155,7 +155,8 @@ impl KeptLease {
     /// # async fn demo(lease: etcd_ha::KeptLease) {
     /// lease.at_risk().await;
     /// if !lease.is_expired() {
-    ///     println!("renewals fall behind; lost by {:?} unless one gets through", lease.expires_at());
+    ///     let by = lease.expires_at();
+    ///     println!("renewals fall behind; lost by {by:?} unless one gets through");
     /// }
     /// # }
     /// ```

@@ -481,8 +481,19 @@ impl Drop for Load {
     }
 }
 
-/// Sample `leases` every 100 ms for `hold`.
+/// Sample `leases` every 100 ms for `hold`; prints the phase as it ends (a long run that is
+/// stopped keeps what it measured).
 async fn hold(name: String, leases: &Leases, load: &Load, hold: Duration) -> Phase {
+    let phase = measure(name, leases, load, hold).await;
+    println!(
+        "    {}: lost {}, at risk {} at most, {:.0} renewals/s, {:.0} puts/s",
+        phase.name, phase.lost, phase.most_at_risk, phase.renewals_per_s, phase.puts_per_s
+    );
+    phase
+}
+
+/// What `hold` measures.
+async fn measure(name: String, leases: &Leases, load: &Load, hold: Duration) -> Phase {
     let (renewals, puts) = (leases.renewals(), load.puts.load(Ordering::Relaxed));
     let end = Instant::now() + hold;
     let mut most_at_risk = 0;
