@@ -39,6 +39,7 @@
 //! verify.rs       read-back of every put: lost, ambiguous, applied twice
 //! watch.rs        the watch probe: a neutral writer, each client's watch through the fault
 //! progress.rs     indicatif on a terminal, plain phase lines otherwise
+//! process.rs      this process's CPU time and resident memory (overhead-bench, lease-scale-bench)
 //! report/         the JSON (serde), CSV, SVG timelines (plotters), Markdown and tables
 //! bin/            failover-bench, overhead-bench and lease-scale-bench
 //! ```
@@ -60,6 +61,7 @@ pub mod lease;
 pub mod maintenance;
 pub mod metrics;
 pub mod plan;
+pub mod process;
 pub mod progress;
 pub mod report;
 pub mod retry;

@@ -29,6 +29,7 @@ use clap::{Parser, ValueEnum};
 use etcd_ha::testkit::Cluster;
 use etcd_ha::{Client, KeptLease, Options, PutOptions};
 use etcd_ha_bench::keepalive_limit::{self, Rate};
+use etcd_ha_bench::process::{cpu_time, status_kb};
 use futures_util::StreamExt;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
@@ -232,29 +233,6 @@ impl Drop for EcLeases {
             task.abort();
         }
     }
-}
-
-/// User plus system CPU time of this process so far.
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given, which is plain data.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    time(usage.ru_utime) + time(usage.ru_stime)
-}
-
-/// This process's resident memory in kB.
-fn rss_kb() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse().ok())
-        .unwrap_or(0)
 }
 
 /// A fresh 3-member cluster with a leader; the leader's index.
@@ -522,14 +500,15 @@ fn fault_name(fault: Fault) -> String {
 async fn keep(args: &Args, binary: &std::path::Path, who: Who, count: usize) -> Row {
     let (mut cluster, _) = cluster(args, binary).await;
     let ttl = Duration::from_secs(args.ttl);
-    let rss_before = rss_kb();
+    let rss_before = status_kb("VmRSS").unwrap_or(0);
     let started = Instant::now();
     let (leases, grant_errors) = match who {
         Who::EtcdHa => grant_ha(&cluster, count, ttl).await,
         Who::EtcdClient => grant_ec(&cluster, count, ttl).await,
     };
     let grant = started.elapsed();
-    let kib_per_lease = rss_kb().saturating_sub(rss_before) as f64 / count.max(1) as f64;
+    let kib_per_lease =
+        status_kb("VmRSS").unwrap_or(0).saturating_sub(rss_before) as f64 / count.max(1) as f64;
     let load = Load::start(&leases, args.load);
 
     let cpu = cpu_time();

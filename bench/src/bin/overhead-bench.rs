@@ -30,6 +30,7 @@ use etcd_ha::testkit::Cluster;
 use etcd_ha_bench::access::Access;
 use etcd_ha_bench::clients::{BenchClient, ClientKind};
 use etcd_ha_bench::metrics::latency_histogram;
+use etcd_ha_bench::process::{cpu_time, status_kb};
 use hdrhistogram::Histogram;
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -194,25 +195,6 @@ impl Tally {
     }
 }
 
-/// User plus system CPU time of this process so far.
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given, which is plain data.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    time(usage.ru_utime) + time(usage.ru_stime)
-}
-
-/// A line of /proc/self/status ("VmRSS", "VmHWM") in kB, if there is one.
-fn proc_status_kb(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// Run `callers` copies of `caller` making `call` for one round; add the result to `tally`.
 async fn round(caller: &Caller, call: Call, callers: usize, key: &str, tally: &mut Tally) {
     let began = Instant::now();
@@ -362,8 +344,8 @@ async fn run() {
     println!(
         "resident memory of this process (all four clients, runtime and 256 tasks): {} kB now, \
          {} kB peak",
-        proc_status_kb("VmRSS").map_or("?".into(), |kb| kb.to_string()),
-        proc_status_kb("VmHWM").map_or("?".into(), |kb| kb.to_string())
+        status_kb("VmRSS").map_or("?".into(), |kb| kb.to_string()),
+        status_kb("VmHWM").map_or("?".into(), |kb| kb.to_string())
     );
 }
 
