@@ -172,3 +172,41 @@ fn a_watch_that_stopped_before_the_end_marker_is_caught() {
     w.deliveries.truncate(keep);
     caught(&h, Property::WatchLive);
 }
+
+/// A watch from now asked for while the end marker was being written: its "now" may come
+/// before or after the marker (both orders are linearizable). After it, the marker is not
+/// owed; before it, it is.
+#[test]
+fn a_watch_from_now_owes_the_end_marker_only_when_its_now_came_before_it() {
+    let mut h = recorded();
+    let marker = h
+        .end_marker
+        .clone()
+        .expect("the recorded history has an end marker");
+    let end = h
+        .truth
+        .iter()
+        .find(|t| t.key == marker)
+        .map(|t| (t.revision, t.seen_at))
+        .expect("the marker is in the truth");
+    let w = h
+        .watches
+        .iter_mut()
+        .find(|w| w.ended.is_none() && marker.starts_with(&w.prefix))
+        .expect("a watch open at the end");
+    w.start_revision = 0;
+    w.created_at = end.1 - 1;
+    w.deliveries.clear();
+    // "Now" was the marker's own revision: the watch starts after it and owes nothing.
+    w.created_revision = Some(end.0);
+    let report = super::check(&h, Duration::from_secs(30));
+    assert!(!report.has(Property::WatchLive), "{report}");
+    // "Now" came before the marker: the marker is owed, and never came.
+    let w = h
+        .watches
+        .iter_mut()
+        .find(|w| w.ended.is_none() && marker.starts_with(&w.prefix))
+        .unwrap();
+    w.created_revision = Some(end.0 - 1);
+    caught(&h, Property::WatchLive);
+}
