@@ -378,7 +378,11 @@ impl Leadership {
             // Won on the server, but the lease's local expiry passed before the answer came
             // (this process stalled: a pause longer than the TTL): the key may already be
             // gone, so never report it held. Revoking undoes the put if it is not.
-            tracing::warn!(key = %show(&self.key), revision, "campaign won after its lease expired");
+            tracing::warn!(
+                key = %show(&self.key),
+                revision,
+                "campaign won after its lease expired"
+            );
             self.abandon(lease);
             return Err(Error::Timeout);
         }
