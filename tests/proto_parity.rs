@@ -249,7 +249,10 @@ fn strip_imports(file: &mut prost_types::FileDescriptorProto, keep: impl Fn(&str
 
 /// Whether an option as parsed (not yet interpreted) is one of [`WIRE_OPTIONS`].
 fn is_wire(option: &prost_types::UninterpretedOption) -> bool {
-    matches!(option.name.as_slice(), [part] if !part.is_extension && WIRE_OPTIONS.contains(&part.name_part.as_str()))
+    let wire = |part: &prost_types::uninterpreted_option::NamePart| {
+        !part.is_extension && WIRE_OPTIONS.contains(&part.name_part.as_str())
+    };
+    matches!(option.name.as_slice(), [part] if wire(part))
 }
 
 /// Keep only the wire options of an options message; `None` when none is left.

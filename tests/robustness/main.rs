@@ -88,7 +88,8 @@ async fn seeded_faults_keep_every_guarantee() {
         } else {
             let path = save(&history);
             println!(
-                "seed {seed}: FAILED in {took:.1?}, faults {:?}\n{report}history: {}\nrerun: scripts/robustness --seed {seed}; recheck: scripts/robustness --recheck {}",
+                "seed {seed}: FAILED in {took:.1?}, faults {:?}\n{report}history: {}\nrerun: \
+                 scripts/robustness --seed {seed}; recheck: scripts/robustness --recheck {}",
                 history.faults,
                 path.display(),
                 path.display()
@@ -261,7 +262,8 @@ impl std::fmt::Display for Totals {
         writeln!(f, "  ops checked: {}", ops.join(", "))?;
         writeln!(
             f,
-            "  truth events {}, watch events {}, holds {}, leases {}, slowest linearizability search {:?}",
+            "  truth events {}, watch events {}, holds {}, leases {}, slowest linearizability \
+             search {:?}",
             self.truth_events, self.watch_events, self.holds, self.leases, self.slowest_search
         )?;
         writeln!(

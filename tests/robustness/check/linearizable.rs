@@ -146,7 +146,8 @@ pub fn check(history: &History, truth: &Keyspace, budget: Duration, report: &mut
             }
             Verdict::Timeout => {
                 let detail = format!(
-                    "key {key}: {} ops, gave up after {} states, {:?} into a {budget:?} budget (not a pass)",
+                    "key {key}: {} ops, gave up after {} states, {:?} into a {budget:?} budget \
+                     (not a pass)",
                     p.calls.len(),
                     search.states,
                     started.elapsed()

@@ -42,7 +42,8 @@ fn realistic_history_is_checked_in_budget() {
         let report = super::check(&h, Duration::from_secs(60));
         let s = &report.stats;
         println!(
-            "seed {seed}, stalled {stall}: {} ops, {} searched on {} keys: search {:?} ({} states), whole check {:?}",
+            "seed {seed}, stalled {stall}: {} ops, {} searched on {} keys: search {:?} ({} \
+             states), whole check {:?}",
             h.ops.len(),
             s.linearizable_ops,
             s.linearizable_keys,
