@@ -559,3 +559,57 @@ async fn a_withdrawal_never_overtakes_the_put_it_withdraws() {
     }
     assert!(orphans.is_empty(), "keys left behind: {orphans:?}");
 }
+
+/// A lock or campaign whose last answer comes after the session's local expiry (a link so slow
+/// that the session's grant and the lock's txn together outlast the TTL; a stalled process does
+/// the same) is not reported held: by then the lease may have run out on the server and the key
+/// be gone. Both fail with `LeaseNotFound`, and leave no key behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_or_campaign_answered_after_the_session_expired_is_not_held() {
+    let cluster = etcd_ha::testkit::Cluster::start(1).await.unwrap();
+    let proxy = etcd_ha::testkit::FaultProxy::start(cluster.client_addr(0)).unwrap();
+    // Calls and probes patient enough for the slow link: what ends the lock must be the
+    // session's expiry, not a timeout of the call.
+    let options = etcd_ha::Options::new()
+        .without_member_sync()
+        .with_request_timeout(Duration::from_secs(10))
+        .with_probe(Duration::from_millis(500), Duration::from_secs(10));
+    let client = Client::connect([proxy.url("http")], options).await.unwrap();
+    let observer = support::client(&cluster).await;
+    let ttl = Duration::from_secs(2);
+    let lock_name = support::unique("late-lock");
+    let election_name = support::unique("late-election");
+    // 700 ms each way: the session's grant is answered 1.4 s after it was sent (0.6 s of its
+    // 2 s left), and the txn sent then is answered 1.4 s later, after the local expiry.
+    proxy.set_mode(etcd_ha::testkit::Mode::Latency(Duration::from_millis(700)));
+    let session = Session::new(&client, ttl).await.unwrap();
+    let locked = prompt("the lock", Mutex::new(lock_name.as_str()).lock(&session)).await;
+    println!(
+        "lock through a 700 ms link: {:?}",
+        locked
+            .as_ref()
+            .map(|g| String::from_utf8_lossy(g.key()).into_owned())
+    );
+    assert!(
+        matches!(locked, Err(Error::LeaseNotFound)),
+        "a lock answered after the session's local expiry must fail: {locked:?}"
+    );
+    let session = Session::new(&client, ttl).await.unwrap();
+    let election = Election::new(&client, election_name.as_str());
+    let campaign = prompt("the campaign", election.campaign(&session, "late")).await;
+    println!(
+        "campaign through a 700 ms link: {:?}",
+        campaign
+            .as_ref()
+            .map(|l| String::from_utf8_lossy(l.key()).into_owned())
+    );
+    assert!(
+        matches!(campaign, Err(Error::LeaseNotFound)),
+        "a campaign answered after the session's local expiry must fail: {campaign:?}"
+    );
+    drop((locked, campaign));
+    proxy.set_mode(etcd_ha::testkit::Mode::Pass);
+    for prefix in [&lock_name, &election_name] {
+        until_queue_len(&observer, prefix, 0).await;
+    }
+}

@@ -640,3 +640,64 @@ async fn campaign_guard_refuses_a_flapping_candidate() {
     let other = Leadership::new(&client, key.as_str(), "steady");
     assert!(matches!(other.campaign().await.unwrap(), Campaign::Won(_)));
 }
+
+/// A campaign whose txn is answered only after its lease's local expiry (a link so slow that
+/// the round trips of the grant and the txn together outlast the TTL; a stalled process does
+/// the same) is not reported won: by then the lease may have run out on the server and the key
+/// be gone, and a leader that believes it holds a deleted key is a second leader waiting to
+/// happen. The campaign fails with `Timeout`, and its key does not outlive it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_answered_after_its_lease_expired_is_not_won() {
+    let cluster = Cluster::start(1).await.unwrap();
+    let proxy = FaultProxy::start(cluster.client_addr(0)).unwrap();
+    // Probes and calls patient enough for the slow link: what ends the campaign must be the
+    // lease's expiry, not a timeout of the call.
+    let options = Options::new()
+        .without_member_sync()
+        .with_request_timeout(Duration::from_secs(10))
+        .with_probe(Duration::from_millis(500), Duration::from_secs(10));
+    let client = Client::connect([proxy.url("http")], options)
+        .await
+        .expect("connect through the proxy");
+    let observer = support::client(&cluster).await;
+    let key = support::unique("leadership/late");
+    let ttl = Duration::from_secs(2);
+    let leadership = Leadership::new(&client, key.as_str(), "late")
+        .with_ttl(ttl)
+        .without_campaign_limit();
+    // 700 ms each way: a grant is answered 1.4 s after it was sent (0.6 s of its 2 s left, so
+    // the campaign's fresh-lease rule grants again until it gives up and takes the last one),
+    // and the txn sent then is answered 1.4 s later, 0.8 s after the lease's local expiry, yet
+    // applied on the server 0.6 s before the server's own.
+    proxy.set_mode(Mode::Latency(Duration::from_millis(700)));
+    let began = Instant::now();
+    let outcome = tokio::time::timeout(PATIENCE, leadership.campaign())
+        .await
+        .expect("the campaign ends");
+    println!(
+        "campaign through a 700 ms link: {outcome:?} after {:?}",
+        began.elapsed()
+    );
+    assert!(
+        matches!(outcome, Err(Error::Timeout)),
+        "a campaign answered after its lease's local expiry must fail with Timeout: {outcome:?}"
+    );
+    proxy.set_mode(Mode::Pass);
+    // The key is gone: the lease ran out on the server or the campaign revoked it.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let resp = observer
+            .kv()
+            .get(key.clone(), etcd_ha::GetOptions::new())
+            .await
+            .unwrap();
+        if resp.kvs.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned campaign's key is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -155,6 +155,11 @@ impl Election {
             r = turn => r?,
             () = session.done() => return Err(key_gone_error()),
         }
+        if session.lease().is_expired() {
+            // The turn's read was answered after the session's local expiry (this process
+            // stalled: both branches were ready at once): the key may be gone by now.
+            return Err(key_gone_error());
+        }
         tracing::debug!(key = %show(leader.key()), "election won");
         Ok(leader)
     }

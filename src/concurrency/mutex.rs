@@ -100,6 +100,12 @@ impl Mutex {
                 () = session.done() => return Err(key_gone_error()),
             }
         }
+        if session.lease().is_expired() {
+            // The last answer (the enqueue's own, when nobody was ahead) came after the
+            // session's local expiry: the key may be gone, so the lock is not reported held.
+            // The guard's Drop withdraws it if it is not.
+            return Err(key_gone_error());
+        }
         tracing::debug!(key = %show(guard.key()), "lock acquired");
         Ok(guard)
     }
