@@ -202,7 +202,7 @@ async fn route(
             transport.learn(&ep, &err);
             if wants_login(&err, sent_token) {
                 // This call has failed; the next one goes out with a fresh token.
-                if let Err(renew) = transport.renew_token(generation).await {
+                if let Err(renew) = transport.renew_token(generation, Some(&ep)).await {
                     tracing::debug!(error = %renew, "auth token renewal failed");
                 }
             }

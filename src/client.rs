@@ -101,7 +101,7 @@ impl Client {
                 },
             })?;
         if transport.options.credentials.is_some() {
-            transport.renew_token(0).await?;
+            transport.renew_token(0, None).await?;
         }
         tracing::debug!(endpoints = ?urls, first = %first, "connected");
         Ok(Client {

@@ -254,8 +254,12 @@ impl Transport {
                             };
                             match plan.failed(answer.id, failed, Instant::now()) {
                                 Step::Renew => {
-                                    self.renew_within(answer.generation, plan.deadline())
-                                        .await?;
+                                    self.renew_within(
+                                        answer.generation,
+                                        &answer.ep,
+                                        plan.deadline(),
+                                    )
+                                    .await?;
                                     let again =
                                         plan.launched_to(Instant::now(), true, paced(&answer.ep));
                                     attempts.members.push((
@@ -375,12 +379,18 @@ impl Transport {
 
     /// Renew the token, bounded by the call's deadline: a call never waits longer than it was
     /// allowed to for a login (nor for other callers' login ahead of it).
-    async fn renew_within(&self, generation: u64, deadline: Option<Instant>) -> Result<()> {
+    async fn renew_within(
+        &self,
+        generation: u64,
+        refused_by: &Arc<Endpoint>,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        let renew = self.renew_token(generation, Some(refused_by));
         match deadline {
-            Some(d) => tokio::time::timeout_at(d, self.renew_token(generation))
+            Some(d) => tokio::time::timeout_at(d, renew)
                 .await
                 .map_err(|_| Error::Timeout)?,
-            None => self.renew_token(generation).await,
+            None => renew.await,
         }
     }
 

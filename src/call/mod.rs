@@ -520,8 +520,21 @@ impl Transport {
     }
 
     /// Authenticate again, unless another caller already replaced the token of `stale`'s
-    /// generation.
-    pub(crate) async fn renew_token(&self, stale: u64) -> Result<()> {
+    /// generation; at `refused_by` first, the member that refused the old token, when known.
+    ///
+    /// Why there: etcd's simple tokens (its default) live in each member's memory, added when
+    /// the member applies the Authenticate entry, and the member that served Authenticate has
+    /// applied it before it answers. Another member may apply it up to a heartbeat later (a
+    /// follower learns the commit from the leader's next message), or later still when its
+    /// apply lags, and until then refuses the new token too. The call that was refused is sent
+    /// to the same member again, so logging in there is what makes that retry sure to carry a
+    /// token the member knows; a login elsewhere made it fail now and then on a loaded box,
+    /// and each such failure cost another login (a bcrypt hash on the server).
+    pub(crate) async fn renew_token(
+        &self,
+        stale: u64,
+        refused_by: Option<&Arc<Endpoint>>,
+    ) -> Result<()> {
         let (Some(cell), Some(credentials)) = (&self.token, &self.options.credentials) else {
             return Ok(());
         };
@@ -540,8 +553,12 @@ impl Transport {
             .unwrap_or(self.options.connect_timeout * 2);
         let mut last = Error::NoEndpoints;
         let mut tried: Vec<Arc<str>> = Vec::new();
-        for _ in 0..self.balancer.endpoints().len() {
-            let Some(ep) = self.balancer.pick(Route::Any, &tried) else {
+        let mut first = refused_by.cloned();
+        for _ in 0..self.balancer.endpoints().len().max(1) {
+            let Some(ep) = first
+                .take()
+                .or_else(|| self.balancer.pick(Route::Any, &tried))
+            else {
                 break;
             };
             tried.push(ep.url.clone());

@@ -91,6 +91,7 @@ impl HubTask {
     pub(super) fn relogin(&mut self, up: Box<Up>, now: Instant) -> Link {
         let generation = up.token_generation;
         let endpoint = up.endpoint.url.clone();
+        let refused_by = up.endpoint.clone();
         // No blame: the member did nothing wrong.
         let reopen = self.leave(up, None, now);
         tracing::info!(
@@ -101,7 +102,7 @@ impl HubTask {
         let transport = self.transport.clone();
         let renew: Renewal = Box::pin(async move {
             let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            transport.renew_token(generation).await
+            transport.renew_token(generation, Some(&refused_by)).await
         });
         Link::Renewing {
             renew,
