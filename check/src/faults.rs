@@ -14,37 +14,71 @@ use etcd_ha::testkit::{Cluster, FaultProxy, Mode};
 
 use crate::history::FaultLog;
 use crate::record::Recorder;
-use crate::support::members::{peer_url, settled};
 use crate::truth::Collectors;
 
+/// One kind of fault; each is held for 0.3-2 s (drawn from the seed) and healed.
+///
+/// ```
+/// use etcd_ha_check::faults::Fault;
+/// assert_eq!(Fault::from_name("KillLeader"), Some(Fault::KillLeader));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
+    /// SIGKILL of the leader, then a restart.
     KillLeader,
+    /// SIGKILL of a follower, then a restart.
     KillFollower,
+    /// SIGTERM (a graceful stop) of the leader, then a restart.
     TerminateLeader,
+    /// SIGTERM of a follower, then a restart.
     TerminateFollower,
+    /// SIGSTOP of the leader, then SIGCONT.
     FreezeLeader,
+    /// SIGSTOP of a follower, then SIGCONT.
     FreezeFollower,
+    /// The leader's client link drops every byte (a half-open connection).
     BlackholeLeaderLink,
+    /// The leader's client link resets every connection.
     ResetLeaderLink,
+    /// A follower's client link drops every byte.
     BlackholeFollowerLink,
+    /// 50-400 ms each way on the leader's client link.
     SlowLeaderLink,
+    /// 50-400 ms each way on a follower's client link.
     SlowFollowerLink,
+    /// Every client link slow, then reset: answers of applied writes are lost.
     CutSlowLinks,
+    /// The leader cut off from its peers (network namespaces).
     PartitionLeader,
+    /// A follower cut off from its peers.
     PartitionFollower,
+    /// Every member killed and restarted at once.
     RestartAll,
+    /// Compaction up to what every truth collector has received.
     Compact,
+    /// Defragmentation of a member.
     Defragment,
+    /// Leadership moved to a follower.
     MoveLeader,
+    /// A learner added and removed.
     AddRemoveMember,
+    /// Every auth token invalidated (a user's password changed; auth runs only).
     InvalidateTokens,
+    /// One member's client link bad while another member is killed, frozen or cut off.
     TwoAtOnce,
+    /// The NOSPACE alarm (the quota) raised, then cleared.
     NoSpace,
+    /// The whole client process paused (every runtime worker held) for 3-5 s, longer than a
+    /// lease's TTL, while the cluster's clock runs on.
     PauseClients,
 }
 
 impl Fault {
+    /// Every fault.
+    ///
+    /// ```
+    /// assert!(etcd_ha_check::faults::Fault::ALL.len() > 20);
+    /// ```
     pub const ALL: [Fault; 23] = [
         Fault::KillLeader,
         Fault::KillFollower,
@@ -70,34 +104,21 @@ impl Fault {
         Fault::NoSpace,
         Fault::PauseClients,
     ];
-}
 
-/// The faults this run draws from: every one, or those `ROBUSTNESS_FAULTS` names (comma
-/// separated, as they print), for a run aimed at one kind of bug (a mutant's run). A name no
-/// fault has stops the run.
-fn allowed() -> Vec<Fault> {
-    let Ok(names) = std::env::var("ROBUSTNESS_FAULTS") else {
-        return Fault::ALL.to_vec();
-    };
-    names
-        .split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(|name| {
-            *Fault::ALL
-                .iter()
-                .find(|f| format!("{f:?}") == name)
-                .unwrap_or_else(|| panic!("ROBUSTNESS_FAULTS: no fault is called {name:?}"))
-        })
-        .collect()
+    /// The fault called `name`, as it prints (`KillLeader`).
+    ///
+    /// ```
+    /// use etcd_ha_check::faults::Fault;
+    /// assert_eq!(Fault::from_name("PauseClients"), Some(Fault::PauseClients));
+    /// assert_eq!(Fault::from_name("Meteor"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| format!("{f:?}") == name)
+    }
 }
-
-/// The runtime's worker threads (the suite's `#[tokio::test]` says 2): a client pause holds
-/// them all.
-pub const WORKERS: usize = 2;
 
 /// What the scheduler acts on.
-pub struct Target<'a> {
+pub(crate) struct Target<'a> {
     pub cluster: &'a mut Cluster,
     pub proxies: &'a [FaultProxy],
     /// Connected to the members directly (not through the proxies).
@@ -108,10 +129,11 @@ pub struct Target<'a> {
     pub auth: Option<(String, String)>,
 }
 
-/// Inject random faults for `duration`; the log of what was done.
-pub async fn run(
+/// Inject random faults drawn from `allowed` for `duration`; the log of what was done.
+pub(crate) async fn run(
     target: &mut Target<'_>,
     rng: &mut fastrand::Rng,
+    allowed: &[Fault],
     duration: Duration,
 ) -> Vec<FaultLog> {
     let until = tokio::time::Instant::now() + duration;
@@ -119,8 +141,9 @@ pub async fn run(
     // Let the workload reach a steady state first.
     tokio::time::sleep(Duration::from_millis(rng.u64(500..1_500))).await;
     // Token invalidation needs auth (on every third seed).
-    let allowed: Vec<Fault> = allowed()
-        .into_iter()
+    let allowed: Vec<Fault> = allowed
+        .iter()
+        .copied()
         .filter(|f| *f != Fault::InvalidateTokens || target.auth.is_some())
         .collect();
     if allowed.is_empty() {
@@ -251,8 +274,9 @@ async fn inject(
             // lease's TTL: both runtime workers are held, so every client, the workload and
             // the proxies stand still while the cluster's clock runs on.
             let pause = Duration::from_millis(rng.u64(3_000..5_000));
-            let barrier = std::sync::Arc::new(std::sync::Barrier::new(WORKERS));
-            let sleepers: Vec<_> = (0..WORKERS)
+            let workers = tokio::runtime::Handle::current().metrics().num_workers();
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(workers));
+            let sleepers: Vec<_> = (0..workers)
                 .map(|_| {
                     let barrier = barrier.clone();
                     tokio::spawn(async move {
@@ -412,7 +436,7 @@ async fn inject(
 }
 
 /// Undo every fault that could still be in place (after a failed heal).
-pub async fn heal_all(cluster: &mut Cluster, proxies: &[FaultProxy]) {
+pub(crate) async fn heal_all(cluster: &mut Cluster, proxies: &[FaultProxy]) {
     for proxy in proxies {
         proxy.set_mode(Mode::Pass);
     }
@@ -421,6 +445,49 @@ pub async fn heal_all(cluster: &mut Cluster, proxies: &[FaultProxy]) {
         let _ = cluster.heal(i);
         if cluster.pid(i).is_none() {
             let _ = cluster.restart(i).await;
+        }
+    }
+}
+
+/// A peer URL on 127.0.0.1 nothing listens on: for a learner that is added and removed, never
+/// started.
+fn peer_url() -> String {
+    let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map_or(1, |a| a.port());
+    format!("http://127.0.0.1:{port}")
+}
+
+/// How long etcd may refuse a membership change as "unhealthy cluster": it does so until the
+/// member has been connected to every voting peer for 5 s (its `HealthInterval`); generous for
+/// a loaded 2-core box.
+const PEERS_SETTLE: Duration = Duration::from_secs(30);
+
+/// Runs a membership change until etcd stops refusing it as "unhealthy cluster" (nothing was
+/// applied then, so sending it again is safe), for up to 30 s.
+///
+/// ```no_run
+/// # async fn demo(client: etcd_ha::Client, id: u64) -> etcd_ha::Result<()> {
+/// let members = client.cluster();
+/// etcd_ha_check::faults::settled(|| members.member_remove(id)).await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn settled<T, F, Fut>(mut change: F) -> etcd_ha::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = etcd_ha::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + PEERS_SETTLE;
+    loop {
+        match change().await {
+            Err(etcd_ha::Error::Unavailable(status))
+                if status.message() == "etcdserver: unhealthy cluster"
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            other => return other,
         }
     }
 }

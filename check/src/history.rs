@@ -69,7 +69,9 @@ pub struct Op {
     /// operation may take effect at any time after `invoke` (linearizability treats its
     /// return as infinitely late).
     pub ret: Nanos,
+    /// What was asked.
     pub request: Request,
+    /// How it ended (`Unknown` also when the workload dropped the call in flight).
     pub outcome: Outcome,
 }
 
@@ -78,26 +80,44 @@ pub struct Op {
 pub enum Request {
     /// Put a value no other put writes, optionally attached to a lease.
     Put {
+        /// The key written.
         key: String,
+        /// The value written, unique in the history.
         value: String,
+        /// The lease the key is attached to (`None`: no lease).
         lease: Option<i64>,
     },
     /// Delete one key.
-    Delete { key: String },
+    Delete {
+        /// The key deleted.
+        key: String,
+    },
     /// Read one key; `serializable` reads may be answered by any member at any revision it has.
-    Get { key: String, serializable: bool },
+    Get {
+        /// The key read.
+        key: String,
+        /// `true`: a serializable read (the member answers locally); `false`: a linearizable
+        /// one.
+        serializable: bool,
+    },
     /// Txn: if the key's value equals `expect` (`None`: the key does not exist) then put `value`,
     /// else read the key.
     Cas {
+        /// The key compared, then written or read.
         key: String,
+        /// The value the key must hold for the put (`None`: the key must not exist).
         expect: Option<String>,
+        /// The value put if the compare holds, unique in the history.
         value: String,
     },
     /// A write made as holder `hold` (an index into `History::holds`): a txn that puts `value`
     /// at `key` only if the holder's own key still has the create revision it won with.
     FencedPut {
+        /// The key written (not the holder's own key).
         key: String,
+        /// The value written, unique in the history.
         value: String,
+        /// The index into `History::holds` of the hold it was made under.
         hold: usize,
     },
 }
@@ -137,35 +157,58 @@ pub enum Outcome {
     Ok(Response),
     /// It failed and was definitely not applied (the client or etcd refused it before
     /// proposing anything).
-    Fail { error: String },
+    Fail {
+        /// The error, as the client displays it.
+        error: String,
+    },
     /// It failed and may or may not have been applied (timeout, connection lost after sending).
-    Unknown { error: String },
+    Unknown {
+        /// The error, as the client displays it (or that the workload dropped the call).
+        error: String,
+    },
 }
 
 /// The answer to a successful operation. `revision` is the response header's revision.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Response {
+    /// A put's answer.
     Put {
+        /// The revision the put was applied at.
         revision: i64,
     },
+    /// A delete's answer.
     Delete {
+        /// The delete's revision; when nothing was deleted, the store's revision then (a
+        /// delete of nothing makes no revision).
         revision: i64,
+        /// How many keys it deleted (0 or 1: it deletes one key).
         deleted: i64,
     },
     /// `value` is `None` when the key does not exist; `mod_revision` is 0 then.
     Get {
+        /// The store revision the read was served at.
         revision: i64,
+        /// The key's value.
         value: Option<String>,
+        /// The revision the key was last written at.
         mod_revision: i64,
     },
     /// `value`: on failure, what the else branch read (`None`: no key).
     Cas {
+        /// The put's revision when it succeeded; else the store revision the read was served
+        /// at.
         revision: i64,
+        /// Whether the compare held, so the put was applied.
         succeeded: bool,
+        /// What the else branch read; `None` when the put succeeded.
         value: Option<String>,
     },
+    /// A fenced put's answer.
     Fenced {
+        /// The put's revision when it succeeded; else the store's revision then.
         revision: i64,
+        /// Whether the fence held (the holder's key still had its create revision), so the put
+        /// was applied.
         succeeded: bool,
     },
 }
@@ -186,8 +229,11 @@ impl Response {
 /// One key changed at one revision, as the members' own watch streams reported it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TruthEvent {
+    /// The revision of the change (the key's mod revision; for a delete, the delete's).
     pub revision: i64,
+    /// The key changed.
     pub key: String,
+    /// Whether the key was put or deleted.
     pub kind: EventKind,
     /// The new value (`None` for a delete).
     pub value: Option<String>,
@@ -201,9 +247,12 @@ pub struct TruthEvent {
     pub seen_at: Nanos,
 }
 
+/// What an event did to its key.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
 pub enum EventKind {
+    /// The key was created or given a new value.
     Put,
+    /// The key was deleted (by a delete, or by its lease's revoke or expiry).
     Delete,
 }
 
@@ -212,6 +261,7 @@ pub enum EventKind {
 pub struct WatchLog {
     /// Unique in the history.
     pub id: u32,
+    /// The client it was made on (numbered as `Op::client`).
     pub client: u32,
     /// The watched prefix.
     pub prefix: String,
@@ -222,6 +272,7 @@ pub struct WatchLog {
     /// For a watch from now: the revision of the creation answer (events start above it).
     /// `None` when the creation never answered.
     pub created_revision: Option<i64>,
+    /// When `watch()` was called.
     pub created_at: Nanos,
     /// Whether `watch()` returned a stream (a failed creation is a typed error the caller
     /// retries; a stream that then ends with an error is judged). `false` in histories
@@ -237,25 +288,39 @@ pub struct WatchLog {
 /// One batch the managed watch gave its caller.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Delivery {
+    /// When the caller received it.
     pub at: Nanos,
+    /// What it was.
     pub batch: Batch,
 }
 
+/// What one delivery of a managed watch was, as its `WatchBatch`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Batch {
     /// Events, all of them (the whole of every revision in it), up to `revision`.
     Events {
+        /// The revision of the last event.
         revision: i64,
+        /// The events, in revision order.
         events: Vec<WatchEvent>,
     },
     /// Nothing else changed in the range up to `revision` (a progress notification).
-    Progress { revision: i64 },
+    Progress {
+        /// Every event of the watch up to this revision has been delivered.
+        revision: i64,
+    },
     /// History up to `compact_revision` was compacted away; the watch ends.
-    Compacted { compact_revision: i64 },
+    Compacted {
+        /// The revision the cluster was compacted at; events between the watch's last
+        /// delivered revision and it are lost.
+        compact_revision: i64,
+    },
     /// The history was compacted; the watch re-read its range at `revision` (`keys` with their
     /// values) and continues above it.
     Reloaded {
+        /// The revision the range was read at.
         revision: i64,
+        /// Every key in the range then, with its value.
         keys: Vec<(String, String)>,
     },
 }
@@ -265,31 +330,50 @@ pub enum Batch {
 pub struct WatchEvent {
     /// The event's revision (the key's mod revision; for a delete, the delete's revision).
     pub revision: i64,
+    /// The key changed.
     pub key: String,
+    /// Whether the key was put or deleted.
     pub kind: EventKind,
+    /// The new value (`None` for a delete).
     pub value: Option<String>,
+    /// The key's create revision (0 for a delete).
     pub create_revision: i64,
+    /// The key's version (1 when created, one more each put since; 0 for a delete).
     pub version: i64,
     /// The previous value when the watch asked for it; `None` if absent (no key before, or
     /// compacted).
     pub prev_value: Option<String>,
 }
 
+/// How a managed watch ended.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum WatchEnd {
     /// The workload cancelled it (it may then start a new watch from the revision it reached:
     /// that one has `start_revision` set).
-    Cancelled { at: Nanos },
+    Cancelled {
+        /// When the workload cancelled it.
+        at: Nanos,
+    },
     /// It ended with an error.
-    Error { at: Nanos, error: String },
+    Error {
+        /// When the error (or the stream's end) reached the caller.
+        at: Nanos,
+        /// The error as displayed: the creation's when `watch()` failed, "compacted" after a
+        /// `Compacted` batch, "stream ended" when the stream closed without an error.
+        error: String,
+    },
 }
 
 /// A lease kept alive by the workload, with the keys put under it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct LeaseLog {
+    /// The lease's ID.
     pub lease: i64,
+    /// The client that granted and kept it (numbered as `Op::client`).
     pub client: u32,
+    /// The TTL the server granted, in milliseconds.
     pub ttl_ms: u64,
+    /// When the grant was asked for.
     pub granted_at: Nanos,
     /// Keys put under the lease (their puts are ops too).
     pub keys: Vec<String>,
@@ -302,22 +386,29 @@ pub struct LeaseLog {
     pub revoked_at: Option<Nanos>,
 }
 
+/// One sample of what a lease's keeper believed.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Belief {
+    /// When the sample was taken.
     pub at: Nanos,
+    /// Until when the keeper said the lease lives (its conservative deadline): the server
+    /// must not drop the lease before it.
     pub until: Nanos,
 }
 
 /// One time a contender held an election, a mutex or a leadership.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct HoldLog {
+    /// What was held.
     pub kind: HoldKind,
     /// The election / mutex name or the leadership key: holds of one name must not overlap.
     pub name: String,
     /// The contender (unique per contender task).
     pub contender: u32,
-    /// The holder's own key and its create revision (the fence).
+    /// The holder's own key.
     pub key: String,
+    /// The create revision `key` won with: the fence every fenced write of the hold compares
+    /// against.
     pub create_revision: i64,
     /// When campaign / lock / acquire returned.
     pub acquired_at: Nanos,
@@ -328,13 +419,18 @@ pub struct HoldLog {
     pub release: Option<Release>,
 }
 
+/// Which of the client's primitives a hold is of.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum HoldKind {
+    /// An `Election` won by `campaign`.
     Election,
+    /// A `Mutex` taken by `lock`.
     Mutex,
+    /// A `Leadership` taken by `acquire`.
     Leadership,
 }
 
+/// Why a hold ended.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Release {
     /// The holder gave it up (resign / unlock).
@@ -346,10 +442,13 @@ pub enum Release {
 /// One fault: what was done and when it started and ended.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FaultLog {
+    /// The fault's name, as `Fault` prints it (`KillLeader`).
     pub kind: String,
     /// Which member(s), if any.
     pub member: Option<usize>,
+    /// When the scheduler began injecting it.
     pub start: Nanos,
+    /// When it was healed (before the wait for the cluster to be ready again).
     pub end: Nanos,
     /// Anything else worth printing (e.g. the compaction revision).
     pub detail: String,
@@ -359,6 +458,7 @@ pub struct FaultLog {
 /// session kept alive afterwards: no key of it may stay behind to block other candidates.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Abandoned {
+    /// The contender that gave up (numbered as `HoldLog::contender`).
     pub contender: u32,
     /// The key the campaign would have made (`<name>/<session lease, hex>`).
     pub key: String,

@@ -143,7 +143,8 @@ fn merge(seen: &[Arc<Mutex<Seen>>], revision: i64) -> Result<Vec<TruthEvent>, St
                         });
                     if !same {
                         return Err(format!(
-                            "collectors disagree at revision {rev}: {known:?} vs member {i}: {events:?}"
+                            "collectors disagree at revision {rev}: {known:?} vs member {i}: \
+                             {events:?}"
                         ));
                     }
                     for (a, b) in known.iter_mut().zip(events) {

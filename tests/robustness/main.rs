@@ -11,17 +11,13 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod check;
-mod faults;
-mod history;
-mod record;
 mod run;
-mod truth;
 mod workload;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use etcd_ha_check::{HarnessError, Report, check, history};
 use run::Config;
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -60,7 +56,7 @@ async fn seeded_faults_keep_every_guarantee() {
         let started = std::time::Instant::now();
         let history = match run::run(config).await {
             Ok(history) => history,
-            Err(e) if e.starts_with(run::ETCD_13766) => {
+            Err(e @ HarnessError::EtcdDiverged(_)) => {
                 // The cluster itself lost consistency; the client cannot be judged against it.
                 println!("seed {seed}: NOT JUDGED: {e}\nrerun: scripts/robustness --seed {seed}");
                 totals.etcd_diverged.push(seed);
@@ -74,7 +70,7 @@ async fn seeded_faults_keep_every_guarantee() {
                 continue;
             }
         };
-        let report = check::check(&history, SEARCH_BUDGET);
+        let report = check(&history, SEARCH_BUDGET);
         totals.add(&history, &report);
         let took = started.elapsed();
         if report.is_ok() {
@@ -160,7 +156,7 @@ fn recheck_saved_histories() {
     for file in files {
         let text = std::fs::read_to_string(&file).expect("read the history");
         let history: history::History = serde_json::from_str(&text).expect("a history");
-        let report = check::check(&history, SEARCH_BUDGET);
+        let report = check(&history, SEARCH_BUDGET);
         totals.add(&history, &report);
         if report.is_ok() {
             println!("{}: ok", file.display());
@@ -207,7 +203,7 @@ struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, history: &history::History, report: &check::Report) {
+    fn add(&mut self, history: &history::History, report: &Report) {
         self.seeds += 1;
         self.ops += history.ops.len();
         for (kind, n) in &report.stats.ops {

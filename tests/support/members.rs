@@ -1,42 +1,17 @@
 //! Extra etcd members started by a test (the testkit cannot add members yet), and helpers for
 //! membership changes.
 
-use std::future::Future;
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
-use etcd_ha::Error;
 use etcd_ha::proto::etcdserverpb::Member;
 use etcd_ha::testkit::etcd_binary;
 
-/// etcd refuses membership changes ("etcdserver: unhealthy cluster") until the member has been
-/// connected to every voting peer for 5 s (its `HealthInterval`), so a fresh cluster needs a
-/// few seconds before its first change; generous for a loaded 2-core box.
-pub const PEERS_SETTLE: Duration = Duration::from_secs(30);
-
-/// Runs a membership change until etcd stops refusing it as "unhealthy cluster" (nothing was
-/// applied then, so sending it again is safe).
-pub async fn settled<T, F, Fut>(mut change: F) -> etcd_ha::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = etcd_ha::Result<T>>,
-{
-    let deadline = tokio::time::Instant::now() + PEERS_SETTLE;
-    loop {
-        match change().await {
-            Err(Error::Unavailable(status))
-                if status.message() == "etcdserver: unhealthy cluster"
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            other => return other,
-        }
-    }
-}
+/// Runs a membership change until etcd stops refusing it as "unhealthy cluster".
+#[allow(unused_imports)]
+pub use etcd_ha_check::faults::settled;
 
 /// A port on 127.0.0.1 that is free now, for a member a test starts itself: drawn below the
 /// kernel's ephemeral range (32768-60999 here), so no outgoing connection and no port-0 bind

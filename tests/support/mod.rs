@@ -8,8 +8,8 @@ pub mod workload;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use etcd_ha::Client;
 use etcd_ha::testkit::Cluster;
-use etcd_ha::{Client, Options, TlsOptions};
 
 /// How long a freshly started cluster may take to agree on a leader on a loaded 2-core box.
 pub const READY: Duration = Duration::from_secs(30);
@@ -75,25 +75,9 @@ pub async fn cluster3_in_memory() -> Cluster {
     with_leader(builder).await
 }
 
-/// Client options for a testkit cluster: TLS files and root credentials when it has them.
-pub fn options_for(cluster: &Cluster) -> Options {
-    let mut options = Options::new();
-    if let Some(tls) = cluster.tls() {
-        options = options.with_tls(
-            TlsOptions::new()
-                .with_ca_file(&tls.ca)
-                .with_client_cert(&tls.client_cert, &tls.client_key),
-        );
-    }
-    if let Some((user, password)) = cluster.auth() {
-        options = options.with_user(user, password);
-        if cluster.tls().is_none() {
-            // A loopback cluster without TLS: the credentials go in plain text on purpose.
-            options = options.with_plaintext_credentials();
-        }
-    }
-    options
-}
+/// Options that reach `cluster` (its TLS files, its root user).
+#[allow(unused_imports)]
+pub use etcd_ha_check::harness::options_for;
 
 /// A client connected to every member of `cluster`.
 pub async fn client(cluster: &Cluster) -> Client {

@@ -91,6 +91,7 @@ impl<'h> Keyspace<'h> {
     }
 
     /// The highest revision the truth reached.
+    #[cfg(test)]
     pub fn last_revision(&self) -> Option<i64> {
         self.events.last().map(|e| e.revision)
     }

@@ -86,6 +86,7 @@ pub enum Property {
 /// One broken property, with the few operations and events that show it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Violation {
+    /// The property broken.
     pub property: Property,
     /// The smallest violating piece of history, one record a line.
     pub detail: String,
@@ -96,40 +97,53 @@ pub struct Violation {
 pub struct Stats {
     /// Operations checked, by kind and outcome ("put ok", "get unknown", ...).
     pub ops: BTreeMap<String, usize>,
-    /// Writes with an `Unknown` outcome, and how many of them the truth shows applied.
+    /// Writes with an `Unknown` outcome.
     pub unknown_writes: usize,
+    /// Of those, how many the truth shows applied.
     pub unknown_applied: usize,
     /// Ground-truth events.
     pub truth_events: usize,
-    /// Keys (partitions) and operations given to the linearizability search.
+    /// Keys (partitions) given to the linearizability search.
     pub linearizable_keys: usize,
+    /// Operations given to it, over all keys.
     pub linearizable_ops: usize,
-    /// Wall time of the linearizability search and the states it memoized.
+    /// Wall time of the linearizability check (partitioning and search, all keys).
     pub search_time: Duration,
+    /// States the search memoized, over all keys.
     pub states_explored: u64,
     /// Reads judged against the truth at their revision.
     pub reads_checked: usize,
+    /// Managed watches judged (one per `WatchLog`: every watch made, failed creations too).
     pub watches: usize,
+    /// Events those watches delivered, all told.
     pub watch_events: usize,
+    /// Leases judged.
     pub leases: usize,
+    /// Leases a key of which the server dropped on its own (no workload delete or revoke
+    /// explains it): those whose holder's belief and `lost()` were judged.
     pub lease_keys_dropped: usize,
     /// Of those, dropped by a thawed leader's stale revoke: etcd's bug, not judged (see
     /// `lease::STALE_LEADER_REVOKE`).
     pub stale_leader_revokes: usize,
+    /// Election, mutex and leadership holds judged.
     pub holds: usize,
+    /// Fenced puts judged against their hold's ownership of the name.
     pub fenced_puts: usize,
     /// Serializable reads judged against their client's earlier answers.
     pub monotonic_reads: usize,
     /// Truth deletes of KV keys matched to a workload delete.
     pub deletes_explained: usize,
-    /// Watches "from now" judged; watches still open at the end judged for liveness; and
-    /// watches ended by `Compacted`, all judged true.
+    /// Watches "from now" (start revision 0) judged for replaying older writes.
     pub from_now_watches: usize,
+    /// Watches still open at the end judged for liveness (made before the end marker was
+    /// written, and not already past it).
     pub live_watches: usize,
+    /// Watches ended by `Compacted`, each judged for whether the compaction was true.
     pub compacted_watches: usize,
-    /// Campaigns and locks given up in flight: whose key reached the server at all, and how
-    /// many were judged (no fault while the session idled).
+    /// Campaigns and locks given up in flight whose key reached the server at all.
     pub abandoned_put: usize,
+    /// Campaigns and locks given up in flight that were judged (no fault while the session
+    /// idled).
     pub abandoned_judged: usize,
 }
 
@@ -140,10 +154,13 @@ const SHOWN_PER_PROPERTY: usize = 10;
 /// The verdict on one history.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
+    /// The seed of the history judged.
     pub seed: u64,
+    /// The violations shown, in the order found: the first few of each property.
     pub violations: Vec<Violation>,
-    /// Violations beyond [`SHOWN_PER_PROPERTY`], counted by property.
+    /// Violations beyond the first few of each property (those are shown), counted by property.
     pub suppressed: BTreeMap<Property, usize>,
+    /// How much each checker judged (a pass over nothing is no pass).
     pub stats: Stats,
 }
 

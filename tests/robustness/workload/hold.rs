@@ -9,7 +9,7 @@ use etcd_ha::{Client, PutOptions, Session, Txn, TxnOp};
 
 use super::Ctx;
 use super::kv::{revision, text};
-use crate::history::{Abandoned, HoldKind, HoldLog, Release, Request, Response};
+use etcd_ha_check::history::{Abandoned, HoldKind, HoldLog, Release, Request, Response};
 
 pub const KINDS: [HoldKind; 3] = [HoldKind::Election, HoldKind::Mutex, HoldKind::Leadership];
 

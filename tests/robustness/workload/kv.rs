@@ -2,11 +2,10 @@
 //! conflict): puts of unique values, deletes, compare-and-swap txns, linearizable and
 //! serializable gets.
 
-use etcd_ha::proto::etcdserverpb::response_op::Response as OpResponse;
-use etcd_ha::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_ha::Client;
 
 use super::Ctx;
-use crate::history::{Outcome, Request, Response};
+use etcd_ha_check::history::{Outcome, Request, Response};
 
 /// How many keys the processes share.
 pub const KEYS: usize = 8;
@@ -110,9 +109,8 @@ pub async fn churn(ctx: Ctx, client: Client, client_id: u32, process: u32) {
     }
 }
 
-/// The process id of the quiet writer and of the end marker's write.
+/// The process id of the quiet writer (the end marker's write is the harness's `MARKER_PROCESS`).
 pub const QUIET_PROCESS: u32 = 300;
-pub const MARKER_PROCESS: u32 = 301;
 
 /// A put under the quiet prefix every 2-5 s, so the quiet watches see an event now and then
 /// and otherwise nothing (while compactions pass the revision they last delivered).
@@ -142,70 +140,4 @@ pub async fn quiet_writer(ctx: Ctx, client: Client, client_id: u32) {
     }
 }
 
-/// Send one request.
-pub async fn run(client: &Client, request: &Request) -> etcd_ha::Result<Response> {
-    let kv = client.kv();
-    match request {
-        Request::Put { key, value, lease } => {
-            let mut options = PutOptions::new();
-            if let Some(lease) = lease {
-                options = options.with_lease(*lease);
-            }
-            let r = kv.put(key.as_str(), value.as_str(), options).await?;
-            Ok(Response::Put {
-                revision: revision(&r.header),
-            })
-        }
-        Request::Delete { key } => {
-            let r = kv.delete(key.as_str(), DeleteOptions::new()).await?;
-            Ok(Response::Delete {
-                revision: revision(&r.header),
-                deleted: r.deleted,
-            })
-        }
-        Request::Get { key, serializable } => {
-            let mut options = GetOptions::new();
-            if *serializable {
-                options = options.with_serializable();
-            }
-            let r = kv.get(key.as_str(), options).await?;
-            let kv = r.kvs.first();
-            Ok(Response::Get {
-                revision: revision(&r.header),
-                value: kv.map(|kv| text(&kv.value)),
-                mod_revision: kv.map_or(0, |kv| kv.mod_revision),
-            })
-        }
-        Request::Cas { key, expect, value } => {
-            let compare = match expect {
-                Some(expect) => Compare::value(key.as_str(), CompareOp::Equal, expect.as_str()),
-                None => Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
-            };
-            let txn = Txn::new()
-                .when([compare])
-                .and_then([TxnOp::put(key.as_str(), value.as_str(), PutOptions::new())])
-                .or_else([TxnOp::get(key.as_str(), GetOptions::new())]);
-            let r = kv.txn(txn).await?;
-            let value = r.responses.first().and_then(|op| match &op.response {
-                Some(OpResponse::ResponseRange(range)) => {
-                    range.kvs.first().map(|kv| text(&kv.value))
-                }
-                _ => None,
-            });
-            Ok(Response::Cas {
-                revision: revision(&r.header),
-                succeeded: r.succeeded,
-                value: if r.succeeded { None } else { value },
-            })
-        }
-        Request::FencedPut { .. } => unreachable!("fenced puts are made by holders"),
-    }
-}
-
-pub fn revision(header: &Option<etcd_ha::proto::etcdserverpb::ResponseHeader>) -> i64 {
-    header.as_ref().map_or(0, |h| h.revision)
-}
-
-pub fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+pub use etcd_ha_check::record::{revision, send as run, text};

@@ -7,7 +7,7 @@ use etcd_ha::Client;
 
 use super::Ctx;
 use super::kv;
-use crate::history::{Belief, LeaseLog, Request};
+use etcd_ha_check::history::{Belief, LeaseLog, Request};
 
 /// Keep leases one after another until the workload stops.
 pub async fn keeper(ctx: Ctx, client: Client, client_id: u32) {

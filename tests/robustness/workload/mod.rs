@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use etcd_ha::Client;
 use tokio::task::JoinSet;
 
-use crate::history::{Abandoned, HoldLog, LeaseLog, WatchLog};
-use crate::record::Recorder;
+use etcd_ha_check::history::{Abandoned, HoldLog, LeaseLog, WatchLog};
+use etcd_ha_check::record::Recorder;
 
 /// KV processes per client.
 pub const PROCESSES_PER_CLIENT: u32 = 4;

@@ -19,7 +19,7 @@ use etcd_ha::{Client, GetOptions, WatchBatch, WatchOptions, WatchStream};
 
 use super::Ctx;
 use super::kv::text;
-use crate::history::{Batch, Delivery, EventKind, WatchEnd, WatchEvent, WatchLog};
+use etcd_ha_check::history::{Batch, Delivery, EventKind, WatchEnd, WatchEvent, WatchLog};
 
 /// The kinds of watch the workload runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
