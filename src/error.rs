@@ -243,8 +243,20 @@ pub enum Error {
 
     /// `etcdserver: mvcc: database space exceeded`: the NOSPACE alarm is raised; writes are
     /// refused until space is freed (compact, defragment) and the alarm is deactivated.
-    #[error("database space exceeded (NOSPACE alarm)")]
+    ///
+    /// A write that fails with it **may have been applied** ([`may_have_applied`] is true):
+    /// etcd checks the quota before proposing (refused) and again when it applies the entry,
+    /// where the write that fills the backend is applied and then answered with this error.
+    ///
+    /// [`may_have_applied`]: Error::may_have_applied
+    #[error("database space exceeded (NOSPACE alarm); the write may have been applied")]
     NoSpace,
+
+    /// The answer was larger than a limit on its way back: the server's or a proxy's send
+    /// limit (`grpc: trying to send message larger than max`), or this client's receive limit.
+    /// The request was served first, so a write may have been applied.
+    #[error("the answer is larger than a limit on its way back; the request may have been applied")]
+    ResponseTooLarge,
 
     /// A learner cannot be promoted before it has caught up with the leader.
     #[error("learner is not in sync with the leader yet")]
@@ -380,6 +392,7 @@ impl Error {
                 | Error::LeaseExists
                 | Error::LeaseTtlTooLarge { .. }
                 | Error::NoLeader
+                | Error::NotLeader
                 | Error::ProposalDropped
                 | Error::RequestTooLarge
                 | Error::TooManyRequests
@@ -388,7 +401,6 @@ impl Error {
                 | Error::InvalidAuthToken
                 | Error::AuthRequired
                 | Error::AuthNotEnabled
-                | Error::NoSpace
                 | Error::InvalidRequest(_)
                 | Error::Fenced { .. }
                 | Error::InvalidNamespace { .. }
@@ -501,12 +513,25 @@ impl Error {
         }
         match status.code() {
             Code::DeadlineExceeded => Error::Timeout,
-            // tonic's own limit and the server's gRPC limit (`grpc: received message larger than
-            // max`) both arrive as ResourceExhausted.
+            // A limit on the answer (a server's or proxy's send limit, this client's receive
+            // limit): met after the request was served.
+            Code::ResourceExhausted | Code::OutOfRange
+                if msg.contains("trying to send message larger than")
+                    || msg.contains("decoded message length too large") =>
+            {
+                Error::ResponseTooLarge
+            }
+            // A limit on the request: the server's gRPC receive limit (`grpc: received message
+            // larger than max`), or tonic's own encode limit before sending.
             Code::ResourceExhausted if msg.contains("larger than") || msg.contains("too large") => {
                 Error::RequestTooLarge
             }
-            Code::OutOfRange if msg.contains("larger than") => Error::RequestTooLarge,
+            Code::OutOfRange
+                if msg.contains("larger than")
+                    || msg.contains("encoded message length too large") =>
+            {
+                Error::RequestTooLarge
+            }
             Code::Unavailable if is_transport_failure(&status) => Error::Transport {
                 endpoint: endpoint.to_owned(),
                 source: status,
@@ -626,6 +651,26 @@ mod tests {
             )),
             Error::RequestTooLarge
         ));
+        // A limit on the answer, met after the request was served: ambiguous for a write.
+        for answer_limit in [
+            Status::resource_exhausted(
+                "grpc: trying to send message larger than max (4194405 vs. 4194304)",
+            ),
+            Status::out_of_range(
+                "Error, decoded message length too large: found 5000000 bytes, the limit is: \
+                 4194304 bytes",
+            ),
+        ] {
+            let e = map(answer_limit);
+            assert!(matches!(e, Error::ResponseTooLarge), "{e:?}");
+            assert!(e.may_have_applied());
+        }
+        let unsent = map(Status::out_of_range(
+            "Error, encoded message length too large: found 5000000 bytes, the limit is: 4194304 \
+             bytes",
+        ));
+        assert!(matches!(unsent, Error::RequestTooLarge), "{unsent:?}");
+        assert!(!unsent.may_have_applied());
         assert!(matches!(
             map(Status::invalid_argument(
                 "etcdserver: authentication failed, invalid user ID or password"
@@ -671,6 +716,8 @@ mod tests {
             )),
             Error::NoSpace
         ));
+        // Refused before proposing or applied and then refused: the client cannot tell.
+        assert!(Error::NoSpace.may_have_applied());
         assert!(matches!(
             map(Status::unknown("election: no leader")),
             Error::ElectionNoLeader

@@ -20,8 +20,11 @@
 //! | `etcdserver: too many requests` | not applied | etcdserver refuses when the applied index lags the committed one by more than 5000, before proposing |
 //! | `raft proposal dropped` | not applied | raft's `ErrProposalDropped`: the leader (e.g. transferring leadership) drops the proposal before it enters the log, so the proposer can fail fast |
 //! | `invalid auth token` / `user name is empty` | not applied | the auth check runs before the request is proposed |
+//! | `etcdserver: not leader` | not applied | a request only the leader serves (MoveLeader, a lease renewal) reached a follower, which refuses it before doing anything |
 //! | `etcdserver: leader changed`, `request timed out`, deadline, reset connection | maybe applied | the proposal may already be in the log; only the caller can decide |
-//! | any answer etcd gives (`compacted`, `permission denied`, ...) | definite | the request was judged; sending it again changes nothing |
+//! | `mvcc: database space exceeded` | maybe applied | etcd checks the quota twice: before proposing (refused) and again in the apply, where the put, txn or grant is applied *and then* answered so |
+//! | `grpc: trying to send message larger than max`, tonic's "decoded message length too large" | maybe applied | a limit on the *answer* (the server's, a proxy's or this client's), met after the request was served |
+//! | any other answer etcd gives (`compacted`, `permission denied`, ...) | definite | the request was judged; sending it again changes nothing |
 //!
 //! The wait between attempts is constant with jitter (25 ms +-10 % by default, etcd's Go
 //! client's `backoffLinearWithJitter`), the number of attempts is capped, and the caller's
@@ -105,7 +108,7 @@ impl RetryPolicy {
 fn refused_before_doing_anything(error: &Error) -> bool {
     matches!(
         error,
-        Error::NoLeader | Error::TooManyRequests | Error::ProposalDropped
+        Error::NoLeader | Error::TooManyRequests | Error::ProposalDropped | Error::NotLeader
     )
 }
 

@@ -297,7 +297,6 @@ impl Rpc {
             | Hash
             | HashKv
             | Snapshot
-            | MoveLeader
             | AuthStatus
             | Authenticate
             | UserGet
@@ -322,6 +321,8 @@ impl Rpc {
             | Alarm { get: false }
             | Defragment
             | Downgrade
+            // Sent again after an ambiguous success, it would move leadership a second time.
+            | MoveLeader
             | AuthEnable
             | AuthDisable
             | UserAdd
@@ -339,6 +340,20 @@ impl Rpc {
             | Lock
             | Unlock => Idempotency::AtMostOnce,
         }
+    }
+
+    /// Whether a slow attempt may be sent again to another member while it still runs (a
+    /// hedge): a repeatable request, except `Authenticate`, where each attempt costs the
+    /// server a bcrypt hash and mints a token of its own.
+    ///
+    /// ```
+    /// use etcd_ha::rpc::Rpc;
+    /// assert!(Rpc::Range { serializable: true }.hedgeable());
+    /// assert!(!Rpc::Authenticate.hedgeable());
+    /// assert!(!Rpc::Put.hedgeable());
+    /// ```
+    pub fn hedgeable(self) -> bool {
+        self.idempotency() == Idempotency::Repeatable && self != Rpc::Authenticate
     }
 
     /// Whether the request carries `hasleader=true` when require-leader is on: every call that
@@ -499,6 +514,16 @@ mod tests {
             assert_eq!(rpc.idempotency(), Idempotency::AtMostOnce, "{rpc:?}");
             assert!(rpc.requires_leader(), "{rpc:?}");
         }
+    }
+
+    #[test]
+    fn move_leader_is_sent_at_most_once_and_authenticate_never_hedged() {
+        // A MoveLeader sent again after an ambiguous success moves leadership again; every
+        // Authenticate attempt costs a bcrypt hash on the server.
+        assert_eq!(Rpc::MoveLeader.idempotency(), Idempotency::AtMostOnce);
+        assert!(!Rpc::MoveLeader.hedgeable());
+        assert_eq!(Rpc::Authenticate.idempotency(), Idempotency::Repeatable);
+        assert!(!Rpc::Authenticate.hedgeable());
     }
 
     #[test]

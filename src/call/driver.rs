@@ -75,7 +75,7 @@ impl Transport {
         PlanConfig {
             rpc,
             pinned,
-            hedging: !stream && !pinned && repeatable,
+            hedging: !stream && !pinned && rpc.hedgeable(),
             prompt: !stream && !rpc.holds_open(),
             attempt_timeout: self.options.attempt_timeout,
             // At least 1 s: opening a stream may wait for its first message (a snapshot chunk,

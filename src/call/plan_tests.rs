@@ -5,11 +5,10 @@ use super::*;
 const ATTEMPT: Duration = Duration::from_millis(300);
 
 fn config(rpc: Rpc) -> PlanConfig {
-    let repeatable = rpc.idempotency() == crate::rpc::Idempotency::Repeatable;
     PlanConfig {
         rpc,
         pinned: false,
-        hedging: repeatable,
+        hedging: rpc.hedgeable(),
         prompt: !rpc.holds_open(),
         attempt_timeout: ATTEMPT,
         attempt_limit: None,
