@@ -169,6 +169,36 @@ async fn proxy_passes_blackholes_resets_and_delays() {
         cluster.etcd_version()
     );
 
+    // Loss: every chunk held back (100 %) stalls each round trip by a retransmission timeout
+    // both ways; none (0 %) stalls nothing; the stream stays intact either way.
+    let retransmit = Duration::from_millis(250);
+    proxy.set_mode(Mode::Loss {
+        percent: 100,
+        retransmit,
+    });
+    let began = Instant::now();
+    assert_eq!(value_of(&range(&mut kv, "proxy/k").await.unwrap()), b"v");
+    let lossy = began.elapsed();
+    assert!(
+        lossy >= 2 * retransmit,
+        "round trip with every chunk held {retransmit:?} took {lossy:?}"
+    );
+    proxy.set_mode(Mode::Loss {
+        percent: 0,
+        retransmit,
+    });
+    // Chunks read while every chunk was held (the client's acknowledgements of the answer)
+    // are still due: what comes after them waits, as on a TCP stream.
+    tokio::time::sleep(2 * retransmit).await;
+    let began = Instant::now();
+    assert_eq!(value_of(&range(&mut kv, "proxy/k").await.unwrap()), b"v");
+    let clean = began.elapsed();
+    assert!(
+        clean < retransmit,
+        "round trip with no chunk held took {clean:?}"
+    );
+    proxy.set_mode(Mode::Pass);
+
     // Drop: the port closes.
     let addr = proxy.addr();
     drop(proxy);

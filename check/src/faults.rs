@@ -1,10 +1,10 @@
 //! The fault scheduler: random faults drawn from the seed, each healed before the next:
 //! SIGKILL + restart, SIGTERM (a graceful stop) + restart, SIGSTOP/SIGCONT, client-link
-//! blackhole, reset and latency (the fault proxy), peer partition (network namespaces),
-//! restart of every member, compaction, defragment, MoveLeader, member add/remove, auth token
-//! invalidation, the NOSPACE alarm (the quota), a pause of the whole client process longer
-//! than a lease's TTL, and two at once (one member's client link and another member's process
-//! or peer links).
+//! blackhole, reset, latency and loss (the fault proxy), peer partition (network
+//! namespaces), restart of every member, compaction, defragment, MoveLeader, member
+//! add/remove, auth token invalidation, the NOSPACE alarm (the quota), a pause of the whole
+//! client process longer than a lease's TTL, and two at once (one member's client link and
+//! another member's process or peer links).
 
 use std::time::Duration;
 
@@ -46,6 +46,9 @@ pub enum Fault {
     SlowLeaderLink,
     /// 50-400 ms each way on a follower's client link.
     SlowFollowerLink,
+    /// The leader's client link lossy: 5-20 % of its chunks held back by a retransmission
+    /// timeout of 200-1,000 ms, everything behind them waiting (TCP's in-order delivery).
+    LossyLeaderLink,
     /// Every client link slow, then reset: answers of applied writes are lost.
     CutSlowLinks,
     /// The leader cut off from its peers (network namespaces).
@@ -79,7 +82,7 @@ impl Fault {
     /// ```
     /// assert!(etcd_ha_check::faults::Fault::ALL.len() > 20);
     /// ```
-    pub const ALL: [Fault; 23] = [
+    pub const ALL: [Fault; 24] = [
         Fault::KillLeader,
         Fault::KillFollower,
         Fault::TerminateLeader,
@@ -91,6 +94,7 @@ impl Fault {
         Fault::BlackholeFollowerLink,
         Fault::SlowLeaderLink,
         Fault::SlowFollowerLink,
+        Fault::LossyLeaderLink,
         Fault::CutSlowLinks,
         Fault::PartitionLeader,
         Fault::PartitionFollower,
@@ -227,6 +231,20 @@ async fn inject(
             tokio::time::sleep(hold).await;
             target.proxies[i].set_mode(Mode::Pass);
             (Some(i), format!("{delay:?} each way"))
+        }
+        Fault::LossyLeaderLink => {
+            let percent = rng.u8(5..=20);
+            let retransmit = Duration::from_millis(rng.u64(200..1_000));
+            target.proxies[leader].set_mode(Mode::Loss {
+                percent,
+                retransmit,
+            });
+            tokio::time::sleep(hold).await;
+            target.proxies[leader].set_mode(Mode::Pass);
+            (
+                Some(leader),
+                format!("{percent} % of chunks held {retransmit:?}"),
+            )
         }
         Fault::CutSlowLinks => {
             // Every client link degrades, then dies: requests reach the members and are

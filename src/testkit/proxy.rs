@@ -38,8 +38,8 @@ use tracing::Instrument;
 /// Bytes read from a socket in one go; one chunk is what `Latency` delays as a unit.
 const CHUNK_BYTES: usize = 16 * 1024;
 
-/// Chunks in flight per direction under `Latency` before reading pauses: enough for a few
-/// MiB/s at 100 ms, and a bound on memory if the far end stops reading.
+/// Chunks in flight per direction under `Latency` or `Loss` before reading pauses: enough for
+/// a few MiB/s at 100 ms, and a bound on memory if the far end stops reading.
 const QUEUE_CHUNKS: usize = 64;
 
 /// Pause after a failed accept (e.g. out of file descriptors), so the loop does not spin.
@@ -54,6 +54,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Mode {
     /// Forward both ways, unchanged. The initial mode.
     Pass,
@@ -67,10 +68,20 @@ pub enum Mode {
     /// Forward both ways, each chunk held back by this long: a slow link. A request and its
     /// response are both delayed, so a round trip takes at least twice this.
     Latency(Duration),
+    /// Forward both ways, but hold `percent` % of the chunks (drawn at random) back by
+    /// `retransmit`: a lossy link as TCP shows it to the application, a lost segment sent
+    /// again after the retransmission timeout while everything behind it waits (TCP delivers
+    /// in order). Nothing is dropped: the stream stays intact, its calls stall now and then.
+    Loss {
+        /// How many chunks in a hundred are held back (at most 100).
+        percent: u8,
+        /// How long each one is held: the retransmission timeout (200 ms at least on Linux).
+        retransmit: Duration,
+    },
 }
 
 impl Mode {
-    /// Blackhole and Reset end forwarding on a connection; Pass and Latency keep it.
+    /// Blackhole and Reset end forwarding on a connection; Pass, Latency and Loss keep it.
     fn is_fault(self) -> bool {
         matches!(self, Mode::Blackhole | Mode::Reset)
     }
@@ -125,8 +136,8 @@ impl FaultProxy {
     /// Binds 127.0.0.1 on a free port and starts forwarding to `target` in [`Mode::Pass`].
     ///
     /// Errors if there is no Tokio runtime or the bind fails. The proxy connects to `target`
-    /// only when a client connects (in `Pass` or `Latency`); if that fails, the client's
-    /// connection is reset, as the member itself would refuse it.
+    /// only when a client connects (in `Pass`, `Latency` or `Loss`); if that fails, the
+    /// client's connection is reset, as the member itself would refuse it.
     ///
     /// # Example
     ///
@@ -321,7 +332,7 @@ impl AcceptLoop {
 struct Connection {
     /// The accepted socket.
     client: TcpStream,
-    /// The member, dialled in `Pass` and `Latency`.
+    /// The member, dialled in `Pass`, `Latency` and `Loss`.
     target: SocketAddr,
     /// The mode; closed when the [`FaultProxy`] is dropped.
     mode: watch::Receiver<Mode>,
@@ -474,6 +485,11 @@ where
             let delay = match *mode.borrow() {
                 Mode::Pass => Duration::ZERO,
                 Mode::Latency(delay) => delay,
+                Mode::Loss {
+                    percent,
+                    retransmit,
+                } if fastrand::u8(..100) < percent => retransmit,
+                Mode::Loss { .. } => Duration::ZERO,
                 fault @ (Mode::Blackhole | Mode::Reset) => return Err(Stop::Fault(fault)),
             };
             if queue
