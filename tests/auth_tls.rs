@@ -420,18 +420,24 @@ async fn authenticate_calls(cluster: &Cluster) -> u64 {
     total
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_token_is_renewed_once_for_all_waiting_requests() {
-    support::init_tracing();
-    // Plain http so that the test can read /metrics with a bare HTTP/1.1 request.
-    let cluster = Cluster::builder()
+/// A plain-http 3-member cluster with auth on and tokens that expire after
+/// [`TOKEN_TTL_SECS`] (cheap bcrypt, so logins are fast).
+async fn short_token_cluster() -> Cluster {
+    Cluster::builder()
         .members(3)
         .auth("root", ROOT_PASSWORD)
         .arg(format!("--auth-token-ttl={TOKEN_TTL_SECS}"))
         .arg("--bcrypt-cost=4")
         .start()
         .await
-        .expect("start an auth cluster with a short token TTL");
+        .expect("start an auth cluster with a short token TTL")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_token_is_renewed_once_for_all_waiting_requests() {
+    support::init_tracing();
+    // Plain http so that the test can read /metrics with a bare HTTP/1.1 request.
+    let cluster = short_token_cluster().await;
     cluster.leader(READY).await.unwrap();
 
     // No credentials and no client certificate: etcd has no user name at all.
@@ -563,14 +569,7 @@ async fn expired_token_is_renewed_once_for_all_waiting_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_token_works_at_once_on_the_member_that_refused_the_old_one() {
     support::init_tracing();
-    let cluster = Cluster::builder()
-        .members(3)
-        .auth("root", ROOT_PASSWORD)
-        .arg(format!("--auth-token-ttl={TOKEN_TTL_SECS}"))
-        .arg("--bcrypt-cost=4")
-        .start()
-        .await
-        .expect("start an auth cluster with a short token TTL");
+    let cluster = short_token_cluster().await;
     let leader = cluster.leader(READY).await.unwrap();
     let client = support::client_letting_tokens_expire(&cluster).await;
     let key = support::unique("refused-by");

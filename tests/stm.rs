@@ -130,7 +130,8 @@ async fn run_task(client: Client, task: usize, isolation: Isolation) -> Tally {
                 Ok((outcome, found)) => {
                     assert!(
                         !found || unsure,
-                        "transfer {id} found decided although its every commit answered: {outcome:?}"
+                        "transfer {id} found decided although its every commit answered: \
+                         {outcome:?}"
                     );
                     tally.found_decided += found as usize;
                     match outcome {
@@ -279,8 +280,9 @@ async fn transfers_conserve_the_total_and_apply_once_while_the_leader_dies() {
     );
     assert_eq!(total.applied + total.refused, TASKS * TRANSFERS);
     println!(
-        "{} transfers in {took:?}: {} applied, {} refused, {} ambiguous or failed commits resolved by \
-         the marker ({} found already decided); {decided_before} decided before the leader was killed",
+        "{} transfers in {took:?}: {} applied, {} refused, {} ambiguous or failed commits \
+         resolved by the marker ({} found already decided); {decided_before} decided before the \
+         leader was killed",
         TASKS * TRANSFERS,
         total.applied,
         total.refused,

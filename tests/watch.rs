@@ -950,7 +950,10 @@ async fn a_reload_or_fragments_over_the_cap_end_that_watch_only() {
         .watch(other.as_str(), WatchOptions::new())
         .await
         .unwrap();
-    let too_large = |r: &Result<WatchBatch, etcd_ha::Error>| matches!(r, Err(etcd_ha::Error::WatchTooLarge { limit }) if *limit == CAP);
+    let too_large = |r: &Result<WatchBatch, etcd_ha::Error>| match r {
+        Err(etcd_ha::Error::WatchTooLarge { limit }) => *limit == CAP,
+        _ => false,
+    };
 
     let old = put(&client, &format!("{p}first"), "x").await;
     let value = "v".repeat(1024);

@@ -237,7 +237,8 @@ impl Record {
         let before = self.rate(kind, warmup.0, warmup.1);
         let during = self.rate(kind, fault, end);
         format!(
-            "{kind:?}: {before:.0} ok/s before, first success after fault {:?}, longest gap {:?}, during/before {:.0}%, errors {}",
+            "{kind:?}: {before:.0} ok/s before, first success after fault {:?}, longest gap {:?}, \
+             during/before {:.0}%, errors {}",
             self.first_success_after(kind, fault),
             self.longest_gap(kind, fault, end),
             if before > 0.0 {
