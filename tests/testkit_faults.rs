@@ -418,3 +418,90 @@ async fn an_isolated_start_sweeps_namespaces_of_dead_processes_and_members_resta
     drop(cluster);
     assert!(!netns_list().contains(&ns));
 }
+
+/// Puts `count` entries of `key` through `channel`, `in_flight` at a time.
+async fn put_many(channel: &Channel, key: &str, count: usize, in_flight: usize) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..in_flight {
+        let mut kv = KvClient::new(channel.clone());
+        let key = key.to_string();
+        let share = count / in_flight + usize::from(t < count % in_flight);
+        tasks.spawn(async move {
+            for n in 0..share {
+                kv.put(put_request(&key, &format!("{t}-{n}")))
+                    .await
+                    .expect("a put through the leader");
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_backend_stalls_apply_until_the_member_refuses_with_too_many_requests() {
+    let cluster = Cluster::builder()
+        .members(3)
+        .freezable_backend(true)
+        .start()
+        .await
+        .unwrap();
+    let leader = cluster.leader(LEADER_WAIT).await.unwrap();
+    let follower = (leader + 1) % 3;
+    let to_leader = connect(cluster.endpoints()[leader].clone()).await.unwrap();
+    let to_follower = connect(cluster.endpoints()[follower].clone())
+        .await
+        .unwrap();
+    let mut follower_kv = KvClient::new(to_follower.clone());
+    follower_kv
+        .put(put_request("lag/before", "x"))
+        .await
+        .unwrap();
+
+    cluster.freeze_backend(follower).unwrap();
+    // Writes through the leader until the follower's commit runs 5,000 entries ahead of its
+    // apply: then it refuses at once, before proposing. (Status cannot say: its header reads
+    // the store's revision, which waits on the frozen backend too.)
+    let mut written = 0;
+    let refusal = loop {
+        put_many(&to_leader, "lag/burst", 1_000, 64).await;
+        written += 1_000;
+        let put = follower_kv.put(put_request("lag/probe", "x"));
+        if let Ok(answer) = tokio::time::timeout(HANG, put).await {
+            break answer.expect_err("a put to a member whose apply stalls cannot succeed");
+        }
+        assert!(written < 20_000, "no refusal after {written} writes");
+    };
+    assert!(
+        refusal.message().contains("too many requests"),
+        "refused with {refusal:?}"
+    );
+    assert!(
+        written > 5_000,
+        "refused after only {written} writes: {refusal:?}"
+    );
+    // Thawing twice is harmless; the member applies what it missed and serves again.
+    cluster.thaw_backend(follower).unwrap();
+    cluster.thaw_backend(follower).unwrap();
+    let mut follower_kv = KvClient::new(connect(cluster.endpoint(follower)).await.unwrap());
+    let caught_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        match follower_kv.put(put_request("lag/after", "x")).await {
+            Ok(_) => break,
+            // Still applying the backlog: the same refusal, for a while.
+            Err(e) if e.message().contains("too many requests") => {}
+            Err(e) => panic!("the thawed follower answered {e:?}"),
+        }
+        assert!(
+            Instant::now() < caught_up,
+            "the thawed follower never caught up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let no_freeze = Cluster::start(1).await.unwrap();
+    assert!(matches!(
+        no_freeze.freeze_backend(0),
+        Err(TestkitError::BackendNotFreezable)
+    ));
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tonic::transport::ClientTlsConfig;
 
+use super::backend_fs::BackendFs;
 use super::cluster::{is_port_taken, member_dir};
 use super::member::Member;
 use super::netns::{self, Network};
@@ -71,6 +72,8 @@ pub struct ClusterBuilder {
     isolated_network: bool,
     /// Also serve clients on a unix socket in each member's directory (not advertised).
     unix_sockets: bool,
+    /// Give each member's backend a filesystem of its own that tests can freeze.
+    freezable_backend: bool,
     /// Where the cluster's directory is made; `None` = the system's temp dir.
     parent_dir: Option<PathBuf>,
     /// This etcd binary instead of the one [`etcd_binary`](super::etcd_binary) finds.
@@ -94,6 +97,7 @@ impl Default for ClusterBuilder {
             ready_timeout: DEFAULT_READY_TIMEOUT,
             isolated_network: false,
             unix_sockets: false,
+            freezable_backend: false,
             parent_dir: None,
             etcd_bin: None,
             etcd_version: None,
@@ -116,6 +120,7 @@ impl std::fmt::Debug for ClusterBuilder {
             .field("ready_timeout", &self.ready_timeout)
             .field("isolated_network", &self.isolated_network)
             .field("unix_sockets", &self.unix_sockets)
+            .field("freezable_backend", &self.freezable_backend)
             .field("parent_dir", &self.parent_dir)
             .finish()
     }
@@ -346,6 +351,32 @@ impl ClusterBuilder {
         self
     }
 
+    /// Give each member's backend (its bbolt database) a filesystem of its own, with the WAL
+    /// outside it, so that [`Cluster::freeze_backend`](super::Cluster::freeze_backend) can
+    /// stall the member's apply while its raft log goes on: the apply lag of a slow disk,
+    /// which ends in `too many requests`. A sparse ext4 image per member, loop-mounted in the
+    /// cluster's directory; needs root, `mkfs.ext4` and `fsfreeze`. Default false.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .members(3)
+    ///     .freezable_backend(true)
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// cluster.freeze_backend(1).unwrap();
+    /// // ... writes go on; member 1 falls behind, then refuses with "too many requests" ...
+    /// cluster.thaw_backend(1).unwrap();
+    /// # }
+    /// ```
+    pub fn freezable_backend(mut self, on: bool) -> Self {
+        self.freezable_backend = on;
+        self
+    }
+
     /// Makes the cluster's directory (member data, logs, certificates) under `parent` instead
     /// of the system's temp dir, e.g. a tmpfs such as `/dev/shm`. Members of one machine share
     /// its disk: a member that starts writes its WAL and database while the others wait on
@@ -468,6 +499,13 @@ impl ClusterBuilder {
             None
         };
         let client_tls = tls.as_ref().map(TlsFiles::client_tls_config).transpose()?;
+        let backends = if self.freezable_backend {
+            (0..self.members)
+                .map(|i| BackendFs::create(dir.path(), &format!("m{i}")))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
 
         let mut attempt = 1;
         let members = loop {
@@ -476,6 +514,7 @@ impl ClusterBuilder {
                 (&binary, &version),
                 tls.as_ref(),
                 network.as_ref(),
+                &backends,
             )?;
             match boot(&members, client_tls.as_ref(), self.ready_timeout).await {
                 Ok(()) => break members,
@@ -495,6 +534,7 @@ impl ClusterBuilder {
             client_tls,
             auth: self.auth,
             ready_timeout: self.ready_timeout,
+            backends,
             dir,
         })
     }
@@ -506,6 +546,7 @@ impl ClusterBuilder {
         (binary, version): (&Path, &str),
         tls: Option<&TlsFiles>,
         network: Option<&Network>,
+        backends: &[BackendFs],
     ) -> Result<Vec<Member>, TestkitError> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let names: Vec<String> = (0..self.members).map(|i| format!("m{i}")).collect();
@@ -546,7 +587,17 @@ impl ClusterBuilder {
             std::fs::create_dir_all(&member_dir)
                 .map_err(|e| TestkitError::io("create member dir", &member_dir, e))?;
             let client_url = format!("{scheme}://{}", client_addrs[i]);
-            let data_dir = member_dir.join("data");
+            let data_dir = match backends.get(i) {
+                Some(backend) => {
+                    let data_dir = backend.data_dir();
+                    if data_dir.exists() {
+                        std::fs::remove_dir_all(&data_dir)
+                            .map_err(|e| TestkitError::io("remove data dir", &data_dir, e))?;
+                    }
+                    data_dir
+                }
+                None => member_dir.join("data"),
+            };
             let mut args: Vec<OsString> = Vec::new();
             let mut flag = |name: &str, value: OsString| {
                 args.push(format!("--{name}").into());
@@ -554,6 +605,10 @@ impl ClusterBuilder {
             };
             flag("name", name.into());
             flag("data-dir", data_dir.into());
+            if !backends.is_empty() {
+                // The raft log off the freezable filesystem: raft goes on while apply stalls.
+                flag("wal-dir", member_dir.join("wal").into());
+            }
             // etcd 3.5 wants every listen URL as scheme://host:port and listens on a unix URL's
             // host and path joined: this socket is the file "localhost:2379" in etcd's working
             // directory, the member's directory (Member::spawn). Clients get its absolute path.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 use tonic::transport::ClientTlsConfig;
 
+use super::backend_fs::BackendFs;
 use super::member::Member;
 use super::netns::Network;
 use super::{ClusterBuilder, TestkitError, TlsFiles, probe, wait};
@@ -58,6 +59,9 @@ pub struct Cluster {
     pub(crate) auth: Option<(String, String)>,
     /// How long starts and restarts may take before they count as failed.
     pub(crate) ready_timeout: Duration,
+    /// Each member's backend filesystem, for clusters built with `freezable_backend(true)`.
+    /// Declared after `members` (unmounted once they are dead) and before `dir`.
+    pub(crate) backends: Vec<BackendFs>,
     /// Holds every member's data dir and log, and the certificates; removed on drop.
     pub(crate) dir: TempDir,
 }
@@ -394,6 +398,63 @@ impl Cluster {
         self.members[i].cont();
     }
 
+    /// Freezes member `i`'s backend filesystem (`fsfreeze`): its apply stalls on the next
+    /// backend commit while its raft log goes on, so its applied index falls behind its
+    /// committed one as writes go on, and past 5,000 entries it answers `too many requests`.
+    /// Reads of the member wait too. Needs a cluster built with
+    /// [`freezable_backend(true)`](super::ClusterBuilder::freezable_backend); a no-op if
+    /// already frozen. Panics if `i >= len()`.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder()
+    ///     .members(3)
+    ///     .freezable_backend(true)
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// cluster.freeze_backend(2).unwrap();
+    /// cluster.thaw_backend(2).unwrap();
+    /// # }
+    /// ```
+    pub fn freeze_backend(&self, i: usize) -> Result<(), TestkitError> {
+        assert!(
+            i < self.members.len(),
+            "member {i} of {}",
+            self.members.len()
+        );
+        self.backends
+            .get(i)
+            .ok_or(TestkitError::BackendNotFreezable)?
+            .freeze()
+    }
+
+    /// Thaws member `i`'s backend after [`freeze_backend`](Self::freeze_backend): the member
+    /// applies what it fell behind on and serves again. A no-op if not frozen.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// let cluster = etcd_ha::testkit::Cluster::builder().freezable_backend(true).start().await.unwrap();
+    /// cluster.freeze_backend(0).unwrap();
+    /// cluster.thaw_backend(0).unwrap();
+    /// # }
+    /// ```
+    pub fn thaw_backend(&self, i: usize) -> Result<(), TestkitError> {
+        assert!(
+            i < self.members.len(),
+            "member {i} of {}",
+            self.members.len()
+        );
+        self.backends
+            .get(i)
+            .ok_or(TestkitError::BackendNotFreezable)?
+            .thaw()
+    }
+
     /// Kills member `i` if it runs, then starts it again with the same data dir, ports and flags.
     ///
     /// Returns once the member serves clients if a quorum of members is live with it; otherwise
@@ -684,6 +745,10 @@ impl Drop for Cluster {
     /// SIGKILL and reap every member before `dir` is removed and before the network (if any)
     /// is deleted; never panics.
     fn drop(&mut self) {
+        // A member blocked on a frozen filesystem cannot die until it is thawed.
+        for backend in &self.backends {
+            let _ = backend.thaw();
+        }
         self.kill_all();
     }
 }

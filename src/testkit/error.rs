@@ -217,6 +217,41 @@ pub enum TestkitError {
     #[error("partition and heal need a cluster built with isolated_network(true)")]
     NotIsolated,
 
+    /// A freezable backend (`ClusterBuilder::freezable_backend`) needs root: it loop-mounts a
+    /// filesystem image per member and freezes it with `fsfreeze`.
+    #[error(
+        "freezable_backend needs root (euid 0) to mount and freeze filesystems; euid is {euid}"
+    )]
+    FreezableBackendNeedsRoot {
+        /// The effective uid of the test process.
+        euid: u32,
+    },
+
+    /// A system tool the testkit runs (`mkfs.ext4`, `mount`, `fsfreeze`) is not on `PATH`.
+    #[error("`{tool}` is not on PATH (e2fsprogs and util-linux provide it)")]
+    ToolMissing {
+        /// The program.
+        tool: String,
+        /// What running it gave.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A system command the testkit ran failed.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Command {
+        /// The command line, for copy-pasting.
+        command: String,
+        /// Its exit status.
+        status: ExitStatus,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+
+    /// Freezing a member's backend needs a cluster built with `freezable_backend(true)`.
+    #[error("freeze_backend needs a cluster built with freezable_backend(true)")]
+    BackendNotFreezable,
+
     /// Generating test certificates failed.
     #[error("generate test certificates: {0}")]
     Certificate(#[from] rcgen::Error),

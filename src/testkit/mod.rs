@@ -59,6 +59,7 @@
 //! ```
 
 mod auth;
+mod backend_fs;
 mod binary;
 mod builder;
 mod cluster;
