@@ -478,7 +478,7 @@ async fn a_frozen_backend_stalls_apply_until_the_member_refuses_with_too_many_re
         "refused with {refusal:?}"
     );
     assert!(
-        written > 5_000,
+        written >= 5_000,
         "refused after only {written} writes: {refusal:?}"
     );
     // Thawing twice is harmless; the member applies what it missed and serves again.

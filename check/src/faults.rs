@@ -1,17 +1,19 @@
 //! The fault scheduler: random faults drawn from the seed, each healed before the next:
 //! SIGKILL + restart, SIGTERM (a graceful stop) + restart, SIGSTOP/SIGCONT, client-link
 //! blackhole, reset, latency and loss (the fault proxy), peer partition (network
-//! namespaces), restart of every member, compaction, defragment, MoveLeader, member
+//! namespaces), restart of every member, compaction, defragment, apply lag (a follower's
+//! backend frozen until it answers `too many requests`), MoveLeader, member
 //! add/remove, auth token invalidation, the NOSPACE alarm (the quota), a pause of the whole
 //! client process longer than a lease's TTL, and two at once (one member's client link and
 //! another member's process or peer links).
 
 use std::time::Duration;
 
-use etcd_ha::Client;
 use etcd_ha::proto::etcdserverpb::AlarmType;
 use etcd_ha::testkit::{Cluster, FaultProxy, Mode};
+use etcd_ha::{Client, PutOptions};
 
+use crate::harness::options_for;
 use crate::history::FaultLog;
 use crate::record::Recorder;
 use crate::truth::Collectors;
@@ -61,6 +63,10 @@ pub enum Fault {
     Compact,
     /// Defragmentation of a member.
     Defragment,
+    /// A follower's backend filesystem frozen (a disk that stops answering) while writes go
+    /// on: its apply stalls while raft does not, and once its commit runs 5,000 entries ahead
+    /// it refuses every request with `too many requests` until it has caught up.
+    ApplyLagFollower,
     /// Leadership moved to a follower.
     MoveLeader,
     /// A learner added and removed.
@@ -82,7 +88,7 @@ impl Fault {
     /// ```
     /// assert!(etcd_ha_check::faults::Fault::ALL.len() > 20);
     /// ```
-    pub const ALL: [Fault; 24] = [
+    pub const ALL: [Fault; 25] = [
         Fault::KillLeader,
         Fault::KillFollower,
         Fault::TerminateLeader,
@@ -101,6 +107,7 @@ impl Fault {
         Fault::RestartAll,
         Fault::Compact,
         Fault::Defragment,
+        Fault::ApplyLagFollower,
         Fault::MoveLeader,
         Fault::AddRemoveMember,
         Fault::InvalidateTokens,
@@ -404,6 +411,10 @@ async fn inject(
             };
             (Some(i), format!("{r:?}"))
         }
+        Fault::ApplyLagFollower => {
+            let detail = apply_lag(cluster, leader, follower, hold).await;
+            (Some(follower), detail)
+        }
         Fault::MoveLeader => {
             let r = match (
                 cluster.member_id(follower).await,
@@ -453,12 +464,76 @@ async fn inject(
     }
 }
 
+/// Freezes `follower`'s backend, then writes outside the workload's keys through the leader
+/// until the follower refuses with `too many requests` (its commit 5,000 entries ahead of its
+/// apply); holds that for `hold` and thaws. What happened, for the log.
+async fn apply_lag(cluster: &Cluster, leader: usize, follower: usize, hold: Duration) -> String {
+    let pinned = |i: usize| {
+        // One member each, so that the burst and the probe go where they are meant to.
+        let options = options_for(cluster)
+            .without_member_sync()
+            .with_request_timeout(Duration::from_secs(2))
+            .with_retry(Duration::from_millis(10), 0.0, 1);
+        Client::connect(vec![cluster.endpoint(i)], options)
+    };
+    // Connected first: a connect asks for Status, which waits on a frozen backend too.
+    let (to_leader, to_follower) = match (pinned(leader).await, pinned(follower).await) {
+        (Ok(l), Ok(f)) => (l, f),
+        (Err(e), _) | (_, Err(e)) => return format!("connect: {e}"),
+    };
+    if let Err(e) = cluster.freeze_backend(follower) {
+        return format!("freeze: {e}");
+    }
+    let mut written = 0;
+    let mut detail = None;
+    while written < LAG_WRITES_MAX && detail.is_none() {
+        let mut burst = tokio::task::JoinSet::new();
+        for t in 0..LAG_IN_FLIGHT {
+            let kv = to_leader.kv();
+            burst.spawn(async move {
+                for n in 0..LAG_BURST / LAG_IN_FLIGHT {
+                    let _ = kv
+                        .put(format!("rb-lag/{t}"), n.to_string(), PutOptions::new())
+                        .await;
+                }
+            });
+        }
+        while burst.join_next().await.is_some() {}
+        written += LAG_BURST;
+        if written <= LAG_LIMIT {
+            continue;
+        }
+        // Below the limit the probe is proposed and waits for an apply that cannot come.
+        let kv = to_follower.kv();
+        let probe = kv.put("rb-lag/probe", "x", PutOptions::new()).await;
+        if let Err(etcd_ha::Error::TooManyRequests) = probe {
+            detail = Some(format!(
+                "refused with too many requests after {written} writes"
+            ));
+        }
+    }
+    let detail = detail.unwrap_or_else(|| format!("no refusal after {written} writes"));
+    tokio::time::sleep(hold).await;
+    match cluster.thaw_backend(follower) {
+        Ok(()) => detail,
+        Err(e) => format!("{detail}; thaw: {e}"),
+    }
+}
+
+/// etcd's `maxGapBetweenApplyAndCommitIndex`: no refusal is possible before this many.
+const LAG_LIMIT: usize = 5_000;
+/// The apply lag's writes: in bursts of this many, so many at a time, up to this many.
+const LAG_BURST: usize = 1_000;
+const LAG_IN_FLIGHT: usize = 50;
+const LAG_WRITES_MAX: usize = 15_000;
+
 /// Undo every fault that could still be in place (after a failed heal).
 pub(crate) async fn heal_all(cluster: &mut Cluster, proxies: &[FaultProxy]) {
     for proxy in proxies {
         proxy.set_mode(Mode::Pass);
     }
     for i in 0..cluster.len() {
+        let _ = cluster.thaw_backend(i);
         cluster.cont(i);
         let _ = cluster.heal(i);
         if cluster.pid(i).is_none() {

@@ -149,9 +149,11 @@ impl std::fmt::Debug for Harness {
 }
 
 impl Harness {
-    /// Start the cluster (3 members, each in network namespaces of its own, progress
+    /// Start the cluster (3 members, each in network namespaces of its own and with its
+    /// backend on a filesystem of its own that [`Fault::ApplyLagFollower`] freezes, progress
     /// notifications every second), a fault proxy in front of each member, an admin client on
-    /// the members directly and the truth collectors from the current revision.
+    /// the members directly and the truth collectors from the current revision. Needs root,
+    /// `ip` (iproute2), `mkfs.ext4` and `fsfreeze`.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), etcd_ha_check::HarnessError> {
@@ -165,6 +167,7 @@ impl Harness {
         let mut builder = Cluster::builder()
             .members(3)
             .isolated_network(true)
+            .freezable_backend(true)
             .watch_progress_notify_interval(Duration::from_secs(1));
         if config.auth {
             builder = builder.auth("root", "robust").arg("--auth-token-ttl=2");

@@ -69,13 +69,12 @@ impl BackendFs {
 
     /// Blocks every write to the backend (`fsfreeze -f`); readers of what is cached go on.
     pub(crate) fn freeze(&self) -> Result<(), TestkitError> {
-        if !self.frozen.swap(true, Ordering::SeqCst) {
-            if let Err(e) = run("fsfreeze", &["-f"], &[&self.mount]) {
-                self.frozen.store(false, Ordering::SeqCst);
-                return Err(e);
-            }
+        if self.frozen.swap(true, Ordering::SeqCst) {
+            return Ok(());
         }
-        Ok(())
+        run("fsfreeze", &["-f"], &[&self.mount]).inspect_err(|_| {
+            self.frozen.store(false, Ordering::SeqCst);
+        })
     }
 
     /// Lets the writes through again (`fsfreeze -u`); a no-op when not frozen.

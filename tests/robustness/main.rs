@@ -194,6 +194,9 @@ struct Totals {
     abandoned_put: usize,
     abandoned_judged: usize,
     faults: BTreeMap<String, usize>,
+    /// Apply-lag faults whose follower did refuse with `too many requests` (the fault's proof
+    /// that it made the lag it names).
+    apply_lag_refused: usize,
     violations: BTreeMap<String, Vec<u64>>,
     failed: Vec<u64>,
     broken: Vec<u64>,
@@ -223,6 +226,9 @@ impl Totals {
         self.slowest_search = self.slowest_search.max(report.stats.search_time);
         for fault in &history.faults {
             *self.faults.entry(fault.kind.clone()).or_default() += 1;
+            if fault.kind == "ApplyLagFollower" && fault.detail.starts_with("refused") {
+                self.apply_lag_refused += 1;
+            }
         }
         let mut properties: Vec<String> = report
             .violations
@@ -280,6 +286,13 @@ impl std::fmt::Display for Totals {
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
         writeln!(f, "  faults: {}", faults.join(", "))?;
+        if let Some(lags) = self.faults.get("ApplyLagFollower") {
+            let refused = self.apply_lag_refused;
+            writeln!(
+                f,
+                "  apply lag: {refused} of {lags} followers refused with too many requests"
+            )?;
+        }
         for (property, seeds) in &self.violations {
             writeln!(f, "  violated {property}: seeds {seeds:?}")?;
         }
