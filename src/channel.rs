@@ -24,7 +24,7 @@ use tower::{BoxError, Service, ServiceExt};
 use crate::call::{Target, Transport, wants_login};
 use crate::endpoint::InFlight;
 use crate::error::Error;
-use crate::retry::never_sent;
+use crate::error::never_sent;
 use crate::rpc::{Route, Rpc};
 
 /// The client's endpoints as one tower [`Service`] of gRPC requests, for etcd's generated

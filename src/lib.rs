@@ -6,7 +6,7 @@
 //! ```text
 //! proto.rs        the etcd v3 API generated from proto/ (etcdserverpb, mvccpb, authpb,
 //!                 v3electionpb, v3lockpb)
-//! error.rs        the one Error enum; tonic::Status -> typed etcd errors; is_retryable()
+//! error/          the one Error enum; tonic::Status -> typed etcd errors; ErrorClass
 //! options/        Options (mod.rs) and TlsOptions (tls.rs): documented defaults, validated at
 //!                 connect
 //! rpc.rs          THE table: every RPC's route, idempotency and require-leader flag
@@ -231,7 +231,7 @@ pub use election::ElectionService;
 #[deprecated(note = "renamed ElectionService; the recipe is etcd_ha::concurrency::Election")]
 pub type Election = ElectionService;
 pub use endpoint::{EndpointInfo, HealthState, ParseVersionError, ServerVersion};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorClass, Result};
 pub use events::{EndpointEvent, EndpointEvents};
 pub use keeper::{Keeper, KeptLease, MAX_LEASE_TTL};
 pub use kv::{

@@ -32,7 +32,7 @@
 
 use std::time::Duration;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorClass};
 use crate::rpc::{Idempotency, Rpc};
 
 /// Whether to try again.
@@ -80,7 +80,9 @@ impl RetryPolicy {
         if attempt >= self.max_attempts {
             return Decision::Stop;
         }
-        if never_sent || refused_before_doing_anything(error) {
+        // Errors that etcd returns *before* it proposes or applies anything: even a write is
+        // safe to send again.
+        if never_sent || error.class() == ErrorClass::Refused {
             return Decision::Retry;
         }
         #[cfg(feature = "mutants")]
@@ -101,64 +103,6 @@ impl RetryPolicy {
         let spread = self.jitter.clamp(0.0, 1.0) * (fastrand::f64() * 2.0 - 1.0);
         self.backoff.mul_f64(1.0 + spread)
     }
-}
-
-/// Errors that etcd returns *before* it proposes or applies anything, so even a write is safe to
-/// send again.
-fn refused_before_doing_anything(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::NoLeader | Error::TooManyRequests | Error::ProposalDropped | Error::NotLeader
-    )
-}
-
-/// Whether a failed call was never processed by the server, so even a write may go again:
-///
-/// - tonic could not establish the connection (refused, unreachable, connect timeout): no byte
-///   of the request was written;
-/// - hyper canceled the request before handing it to the connection ("connection closed" while
-///   it was queued: the member closed the connection, e.g. stopping);
-/// - the server refused the stream (HTTP/2 `REFUSED_STREAM`, which RFC 9113 section 8.7 says
-///   means no application processing happened), or announced with `GOAWAY` that it will not
-///   process streams above its last stream id, this one among them (section 6.8).
-pub(crate) fn never_sent(status: &tonic::Status) -> bool {
-    use std::error::Error as _;
-    let mut source = status.source();
-    while let Some(e) = source {
-        if e.is::<tonic::ConnectError>() {
-            return true;
-        }
-        if let Some(h) = e.downcast_ref::<hyper::Error>()
-            && h.is_canceled()
-        {
-            return true;
-        }
-        if let Some(h2) = e.downcast_ref::<h2::Error>()
-            && h2.is_remote()
-            && (h2.reason() == Some(h2::Reason::REFUSED_STREAM) || h2.is_go_away())
-        {
-            return true;
-        }
-        source = e.source();
-    }
-    false
-}
-
-/// Whether the server reset the call's stream with CANCEL: what etcd 3.6's gRPC server does
-/// when the deadline the client told it (grpc-timeout) runs out while a handler still waits.
-pub(crate) fn reset_by_server(status: &tonic::Status) -> bool {
-    use std::error::Error as _;
-    let mut source = status.source();
-    while let Some(e) = source {
-        if let Some(h2) = e.downcast_ref::<h2::Error>()
-            && h2.is_remote()
-            && h2.reason() == Some(h2::Reason::CANCEL)
-        {
-            return true;
-        }
-        source = e.source();
-    }
-    false
 }
 
 #[cfg(test)]

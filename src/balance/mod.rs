@@ -409,7 +409,7 @@ impl Balancer {
             // A leader refusing a membership change because a peer is not yet connected
             // ("unhealthy cluster") still leads: forgetting it would start an outage on every
             // retry of the change (seen every 250 ms while a test retried MemberRemove).
-            Error::Unavailable(status) if status.message().ends_with("unhealthy cluster") => {}
+            e if e.is_unhealthy_cluster() => {}
             Error::ProposalDropped => {
                 if was_leader {
                     // The same instant for both: the outage this starts (or one already on)

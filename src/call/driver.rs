@@ -16,7 +16,7 @@ use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
 use crate::endpoint::{Endpoint, InFlight};
 use crate::error::{Error, Result};
-use crate::retry::{never_sent, reset_by_server};
+use crate::error::{never_sent, reset_by_server};
 
 /// How close to its deadline a call whose stream the server reset counts as timed out: the
 /// server's timer starts when the request arrives, and grpc-timeout is sent in whole units.

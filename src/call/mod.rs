@@ -369,7 +369,7 @@ impl Transport {
     /// The member `ep` answered `status` to `rpc`: when it says the member does not have the
     /// method (see [`unimplemented`]), the member is the method's last choice for a while.
     pub(crate) fn learn_method(&self, ep: &Endpoint, rpc: Rpc, status: &tonic::Status) {
-        if unimplemented::is_unknown_method(status) {
+        if crate::error::is_unknown_method(status) {
             tracing::debug!(rpc = rpc.name(), member = %ep.url, "the member lacks the method");
             let mut table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
             table.refused(&ep.url, rpc, Instant::now());

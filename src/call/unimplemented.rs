@@ -48,14 +48,6 @@ fn method(rpc: Rpc) -> (&'static str, &'static str) {
     (rpc.service(), rpc.name())
 }
 
-/// Whether `status` says its member does not have the method at all (grpc-go's own answers
-/// for a method or service it does not know), not only that it refused this request.
-pub(crate) fn is_unknown_method(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unimplemented
-        && (status.message().starts_with("unknown method")
-            || status.message().starts_with("unknown service"))
-}
-
 impl Unimplemented {
     /// The member at `url` answered that it does not have `rpc`'s method, at `now`.
     pub(crate) fn refused(&mut self, url: &Arc<str>, rpc: Rpc, now: Instant) {
@@ -140,21 +132,5 @@ mod tests {
         table.refused(&old, STREAM, start + Duration::from_secs(40));
         assert_eq!(table.rows.len(), 1);
         assert!(!table.may_serve(&old, STREAM, later));
-    }
-
-    #[test]
-    fn only_method_level_answers_count() {
-        use tonic::Status;
-        assert!(is_unknown_method(&Status::unimplemented(
-            "unknown method RangeStream for service etcdserverpb.KV"
-        )));
-        assert!(is_unknown_method(&Status::unimplemented(
-            "unknown service etcdserverpb.KV"
-        )));
-        // etcd 3.7 refusing one request of a method it has.
-        assert!(!is_unknown_method(&Status::unimplemented(
-            "RangeStream does not support custom sort orders"
-        )));
-        assert!(!is_unknown_method(&Status::unavailable("unknown method")));
     }
 }

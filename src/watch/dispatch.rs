@@ -140,7 +140,7 @@ impl HubTask {
         }
         if response.canceled {
             // The server refused the create (permission denied, a bad range, ...).
-            let error = cancel_error(watch_id, &response.cancel_reason);
+            let error = Error::from_cancel_reason(watch_id, &response.cancel_reason);
             let can_renew = self.transport.upgrade().is_some_and(|t| t.has_token());
             match Refusal::of(&error, entry.auth_refusals, can_renew) {
                 Refusal::Verify => {
@@ -201,7 +201,7 @@ impl HubTask {
             // Canceled without a reason: create it again from where it stands.
             self.enqueue(key);
         } else {
-            let error = cancel_error(response.watch_id, &response.cancel_reason);
+            let error = Error::from_cancel_reason(response.watch_id, &response.cancel_reason);
             tracing::warn!(%error, "watch canceled by the server");
             self.end(key, Err(error));
         }
@@ -250,43 +250,5 @@ impl HubTask {
                 }
             }
         }
-    }
-}
-
-/// The error a server-side cancel stands for: one of etcd's own (permission denied, ...) when
-/// the reason is one, else [`Error::WatchCanceled`]. etcd sends the reason as a Go gRPC error
-/// string, `rpc error: code = PermissionDenied desc = etcdserver: permission denied`.
-fn cancel_error(watch_id: i64, reason: &str) -> Error {
-    let message = reason.split_once("desc = ").map_or(reason, |(_, m)| m);
-    match Error::from_status(tonic::Status::unknown(message.to_owned()), "") {
-        Error::Grpc(_) => Error::WatchCanceled {
-            watch_id,
-            reason: reason.to_owned(),
-        },
-        known => known,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cancel_reasons_become_typed_errors() {
-        assert!(matches!(
-            cancel_error(3, "etcdserver: permission denied"),
-            Error::PermissionDenied
-        ));
-        assert!(matches!(
-            cancel_error(
-                3,
-                "rpc error: code = PermissionDenied desc = etcdserver: permission denied"
-            ),
-            Error::PermissionDenied
-        ));
-        assert!(matches!(
-            cancel_error(3, "something else"),
-            Error::WatchCanceled { watch_id: 3, .. }
-        ));
     }
 }
