@@ -58,6 +58,9 @@ impl Error {
         use ErrorClass::*;
         match self {
             Error::Connect { .. } => NeverSent,
+            // A connection that failed before the request was written, a request hyper canceled
+            // while queued, a stream the server refused or announced it would not process.
+            Error::Transport { source, .. } if super::never_sent(source) => NeverSent,
             Error::NoLeader
             | Error::NotLeader
             | Error::ProposalDropped

@@ -172,31 +172,33 @@ impl Error {
 /// tonic enforces the grpc-timeout we send with its own timer and reports `Cancelled "Timeout
 /// expired"` with a `TimeoutExpired` source: that is our deadline, not a broken connection.
 fn is_client_timeout(status: &tonic::Status) -> bool {
-    use std::error::Error as _;
-    let mut source = status.source();
+    caused_by::<tonic::TimeoutExpired>(status, |_| true)
+        || status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired"
+}
+
+/// Whether some error of type `E` in `error`'s source chain (`error` itself excluded: a
+/// status is never its own cause) satisfies `test`: the one walker of error chains.
+fn caused_by<E: std::error::Error + 'static>(
+    error: &(dyn std::error::Error + 'static),
+    test: impl Fn(&E) -> bool,
+) -> bool {
+    let mut source = error.source();
     while let Some(e) = source {
-        if e.is::<tonic::TimeoutExpired>() {
+        if e.downcast_ref::<E>().is_some_and(&test) {
             return true;
         }
         source = e.source();
     }
-    status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired"
+    false
 }
 
 impl Error {
     /// Whether a connection attempt was refused (ECONNREFUSED somewhere in the source chain):
     /// nothing listens at the endpoint, so its process is stopping or gone, not just far away.
     pub(crate) fn is_connection_refused(&self) -> bool {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(self);
-        while let Some(error) = source {
-            if let Some(io) = error.downcast_ref::<std::io::Error>()
-                && io.kind() == std::io::ErrorKind::ConnectionRefused
-            {
-                return true;
-            }
-            source = error.source();
-        }
-        false
+        caused_by::<std::io::Error>(self, |io| {
+            io.kind() == std::io::ErrorKind::ConnectionRefused
+        })
     }
 }
 
@@ -217,43 +219,19 @@ fn is_transport_failure(status: &tonic::Status) -> bool {
 ///   means no application processing happened), or announced with `GOAWAY` that it will not
 ///   process streams above its last stream id, this one among them (section 6.8).
 pub(crate) fn never_sent(status: &tonic::Status) -> bool {
-    use std::error::Error as _;
-    let mut source = status.source();
-    while let Some(e) = source {
-        if e.is::<tonic::ConnectError>() {
-            return true;
-        }
-        if let Some(h) = e.downcast_ref::<hyper::Error>()
-            && h.is_canceled()
-        {
-            return true;
-        }
-        if let Some(h2) = e.downcast_ref::<h2::Error>()
-            && h2.is_remote()
-            && (h2.reason() == Some(h2::Reason::REFUSED_STREAM) || h2.is_go_away())
-        {
-            return true;
-        }
-        source = e.source();
-    }
-    false
+    caused_by::<tonic::ConnectError>(status, |_| true)
+        || caused_by::<hyper::Error>(status, hyper::Error::is_canceled)
+        || caused_by::<h2::Error>(status, |h2| {
+            h2.is_remote() && (h2.reason() == Some(h2::Reason::REFUSED_STREAM) || h2.is_go_away())
+        })
 }
 
 /// Whether the server reset the call's stream with CANCEL: what etcd 3.6's gRPC server does
 /// when the deadline the client told it (grpc-timeout) runs out while a handler still waits.
 pub(crate) fn reset_by_server(status: &tonic::Status) -> bool {
-    use std::error::Error as _;
-    let mut source = status.source();
-    while let Some(e) = source {
-        if let Some(h2) = e.downcast_ref::<h2::Error>()
-            && h2.is_remote()
-            && h2.reason() == Some(h2::Reason::CANCEL)
-        {
-            return true;
-        }
-        source = e.source();
-    }
-    false
+    caused_by::<h2::Error>(status, |h2| {
+        h2.is_remote() && h2.reason() == Some(h2::Reason::CANCEL)
+    })
 }
 
 /// Whether `status` says its member does not have the method at all (grpc-go's own answers
@@ -457,8 +435,12 @@ mod tests {
             .status(StatusRequest {})
             .await
             .unwrap_err();
+        assert!(never_sent(&status), "{status:?}");
         let error = Error::from_status(status, &url);
         assert!(error.is_connection_refused(), "{error:?}");
+        // Refused at connect: the request never left, so it was not applied.
+        assert_eq!(error.class(), crate::ErrorClass::NeverSent, "{error:?}");
+        assert!(!error.may_have_applied());
         assert!(!Error::Timeout.is_connection_refused());
         assert!(!map(Status::unavailable("transport is closing")).is_connection_refused());
     }
