@@ -6,7 +6,6 @@ use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::Result;
 use crate::proto::authpb::{Permission, UserAddOptions, permission};
 use crate::proto::etcdserverpb::*;
-use crate::rpc::Rpc;
 
 /// The permission types a role can grant on a key range.
 pub use crate::proto::authpb::permission::Type as PermissionType;
@@ -37,15 +36,10 @@ pub struct Auth {
 
 /// One unary Auth call with the handle's deadline.
 macro_rules! call {
-    ($self:ident, $rpc:ident, $request:expr, $method:ident) => {
+    ($self:ident, $request:expr) => {
         $self
             .transport
-            .unary(
-                Rpc::$rpc,
-                $self.call.call(Deadline::Default),
-                $request,
-                |c, r| async move { c.auth().$method(r).await },
-            )
+            .call($self.call.call(Deadline::Default), $request)
             .await
     };
 }
@@ -69,7 +63,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn enable(&self) -> Result<AuthEnableResponse> {
-        call!(self, AuthEnable, AuthEnableRequest {}, auth_enable)
+        call!(self, AuthEnableRequest {})
     }
 
     /// Turn authentication off (as root).
@@ -81,7 +75,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn disable(&self) -> Result<AuthDisableResponse> {
-        call!(self, AuthDisable, AuthDisableRequest {}, auth_disable)
+        call!(self, AuthDisableRequest {})
     }
 
     /// Whether authentication is on, and the auth store's revision (etcd 3.5+).
@@ -93,7 +87,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn status(&self) -> Result<AuthStatusResponse> {
-        call!(self, AuthStatus, AuthStatusRequest {}, auth_status)
+        call!(self, AuthStatusRequest {})
     }
 
     /// Exchange a user name and password for a token. The client does this itself when it was
@@ -114,7 +108,7 @@ impl Auth {
             name: name.into(),
             password: password.into(),
         };
-        call!(self, Authenticate, request, authenticate)
+        call!(self, request)
     }
 
     /// Add a user with a password.
@@ -136,7 +130,7 @@ impl Auth {
             options: Some(UserAddOptions { no_password: false }),
             hashed_password: String::new(),
         };
-        call!(self, UserAdd, request, user_add)
+        call!(self, request)
     }
 
     /// Add a user that cannot log in with a password (only with a client certificate whose
@@ -158,7 +152,7 @@ impl Auth {
             options: Some(UserAddOptions { no_password: true }),
             hashed_password: String::new(),
         };
-        call!(self, UserAdd, request, user_add)
+        call!(self, request)
     }
 
     /// A user's roles.
@@ -170,12 +164,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn user_get(&self, name: impl Into<String>) -> Result<AuthUserGetResponse> {
-        call!(
-            self,
-            UserGet,
-            AuthUserGetRequest { name: name.into() },
-            user_get
-        )
+        call!(self, AuthUserGetRequest { name: name.into() })
     }
 
     /// Every user's name.
@@ -187,7 +176,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn user_list(&self) -> Result<AuthUserListResponse> {
-        call!(self, UserList, AuthUserListRequest {}, user_list)
+        call!(self, AuthUserListRequest {})
     }
 
     /// Delete a user.
@@ -199,12 +188,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn user_delete(&self, name: impl Into<String>) -> Result<AuthUserDeleteResponse> {
-        call!(
-            self,
-            UserDelete,
-            AuthUserDeleteRequest { name: name.into() },
-            user_delete
-        )
+        call!(self, AuthUserDeleteRequest { name: name.into() })
     }
 
     /// Change a user's password.
@@ -225,7 +209,7 @@ impl Auth {
             password: password.into(),
             hashed_password: String::new(),
         };
-        call!(self, UserChangePassword, request, user_change_password)
+        call!(self, request)
     }
 
     /// Grant a role to a user.
@@ -245,7 +229,7 @@ impl Auth {
             user: user.into(),
             role: role.into(),
         };
-        call!(self, UserGrantRole, request, user_grant_role)
+        call!(self, request)
     }
 
     /// Take a role away from a user.
@@ -265,7 +249,7 @@ impl Auth {
             name: name.into(),
             role: role.into(),
         };
-        call!(self, UserRevokeRole, request, user_revoke_role)
+        call!(self, request)
     }
 
     /// Add a role (with no permissions yet).
@@ -277,12 +261,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn role_add(&self, name: impl Into<String>) -> Result<AuthRoleAddResponse> {
-        call!(
-            self,
-            RoleAdd,
-            AuthRoleAddRequest { name: name.into() },
-            role_add
-        )
+        call!(self, AuthRoleAddRequest { name: name.into() })
     }
 
     /// A role's permissions.
@@ -294,12 +273,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn role_get(&self, role: impl Into<String>) -> Result<AuthRoleGetResponse> {
-        call!(
-            self,
-            RoleGet,
-            AuthRoleGetRequest { role: role.into() },
-            role_get
-        )
+        call!(self, AuthRoleGetRequest { role: role.into() })
     }
 
     /// Every role's name.
@@ -311,7 +285,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn role_list(&self) -> Result<AuthRoleListResponse> {
-        call!(self, RoleList, AuthRoleListRequest {}, role_list)
+        call!(self, AuthRoleListRequest {})
     }
 
     /// Delete a role.
@@ -323,12 +297,7 @@ impl Auth {
     /// # }
     /// ```
     pub async fn role_delete(&self, role: impl Into<String>) -> Result<AuthRoleDeleteResponse> {
-        call!(
-            self,
-            RoleDelete,
-            AuthRoleDeleteRequest { role: role.into() },
-            role_delete
-        )
+        call!(self, AuthRoleDeleteRequest { role: role.into() })
     }
 
     /// Let `role` read, write or both on `key`, or on `[key, range_end)` when `range_end` is
@@ -356,7 +325,7 @@ impl Auth {
                 range_end: range_end.unwrap_or_default(),
             }),
         };
-        call!(self, RoleGrantPermission, request, role_grant_permission)
+        call!(self, request)
     }
 
     /// Take away the permission `role` has on `key` (or `[key, range_end)`).
@@ -378,6 +347,6 @@ impl Auth {
             key: key.into(),
             range_end: range_end.unwrap_or_default(),
         };
-        call!(self, RoleRevokePermission, request, role_revoke_permission)
+        call!(self, request)
     }
 }

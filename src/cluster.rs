@@ -9,7 +9,6 @@ use crate::proto::etcdserverpb::{
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
     MemberUpdateRequest, MemberUpdateResponse,
 };
-use crate::rpc::Rpc;
 
 /// The Cluster service. Get one with [`Client::cluster`](crate::Client::cluster).
 ///
@@ -66,12 +65,7 @@ impl Cluster {
     async fn list(&self, linearizable: bool) -> Result<MemberListResponse> {
         let request = MemberListRequest { linearizable };
         self.transport
-            .unary(
-                Rpc::MemberList,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.cluster().member_list(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -116,12 +110,7 @@ impl Cluster {
             is_learner,
         };
         self.transport
-            .unary(
-                Rpc::MemberAdd,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.cluster().member_add(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -136,12 +125,7 @@ impl Cluster {
     pub async fn member_remove(&self, id: u64) -> Result<MemberRemoveResponse> {
         let request = MemberRemoveRequest { id };
         self.transport
-            .unary(
-                Rpc::MemberRemove,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.cluster().member_remove(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -163,12 +147,7 @@ impl Cluster {
             peer_ur_ls: peer_urls.into_iter().map(Into::into).collect(),
         };
         self.transport
-            .unary(
-                Rpc::MemberUpdate,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.cluster().member_update(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -183,12 +162,7 @@ impl Cluster {
     pub async fn member_promote(&self, id: u64) -> Result<MemberPromoteResponse> {
         let request = MemberPromoteRequest { id };
         self.transport
-            .unary(
-                Rpc::MemberPromote,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.cluster().member_promote(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 }

@@ -70,12 +70,7 @@ impl ElectionService {
             value: value.into(),
         };
         self.transport
-            .unary(
-                Rpc::Campaign,
-                self.call.call(Deadline::Unbounded),
-                request,
-                |c, r| async move { c.election().campaign(r).await },
-            )
+            .call(self.call.call(Deadline::Unbounded), request)
             .await
     }
 
@@ -99,12 +94,7 @@ impl ElectionService {
             value: value.into(),
         };
         self.transport
-            .unary(
-                Rpc::Proclaim,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.election().proclaim(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -121,12 +111,7 @@ impl ElectionService {
     pub async fn leader(&self, name: impl Into<Vec<u8>>) -> Result<LeaderResponse> {
         let request = LeaderRequest { name: name.into() };
         self.transport
-            .unary(
-                Rpc::Leader,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.election().leader(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -169,12 +154,7 @@ impl ElectionService {
             leader: Some(leader),
         };
         self.transport
-            .unary(
-                Rpc::Resign,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.election().resign(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 }

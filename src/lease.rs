@@ -64,12 +64,7 @@ impl Lease {
             id: id.unwrap_or(0),
         };
         self.transport
-            .unary(
-                Rpc::LeaseGrant,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.lease().lease_grant(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -84,12 +79,7 @@ impl Lease {
     pub async fn revoke(&self, id: i64) -> Result<LeaseRevokeResponse> {
         let request = LeaseRevokeRequest { id };
         self.transport
-            .unary(
-                Rpc::LeaseRevoke,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.lease().lease_revoke(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -109,12 +99,7 @@ impl Lease {
         let request = LeaseTimeToLiveRequest { id, keys };
         let mut resp = self
             .transport
-            .unary(
-                Rpc::LeaseTimeToLive,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.lease().lease_time_to_live(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await?;
         if let Some(ns) = &self.namespace {
             resp.keys = ns.lease_keys(std::mem::take(&mut resp.keys));
@@ -132,12 +117,7 @@ impl Lease {
     /// ```
     pub async fn leases(&self) -> Result<LeaseLeasesResponse> {
         self.transport
-            .unary(
-                Rpc::LeaseLeases,
-                self.call.call(Deadline::Default),
-                LeaseLeasesRequest {},
-                |c, r| async move { c.lease().lease_leases(r).await },
-            )
+            .call(self.call.call(Deadline::Default), LeaseLeasesRequest {})
             .await
     }
 

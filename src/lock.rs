@@ -5,7 +5,6 @@ use std::sync::Arc;
 use crate::call::{CallOptions, Deadline, Transport};
 use crate::error::Result;
 use crate::proto::v3lockpb::{LockRequest, LockResponse, UnlockRequest, UnlockResponse};
-use crate::rpc::Rpc;
 
 /// The Lock service. Get one with [`Client::lock`](crate::Client::lock).
 ///
@@ -58,12 +57,7 @@ impl Lock {
             lease,
         };
         self.transport
-            .unary(
-                Rpc::Lock,
-                self.call.call(Deadline::Unbounded),
-                request,
-                |c, r| async move { c.lock().lock(r).await },
-            )
+            .call(self.call.call(Deadline::Unbounded), request)
             .await
     }
 
@@ -79,12 +73,7 @@ impl Lock {
     pub async fn unlock(&self, key: impl Into<Vec<u8>>) -> Result<UnlockResponse> {
         let request = UnlockRequest { key: key.into() };
         self.transport
-            .unary(
-                Rpc::Unlock,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.lock().unlock(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 }

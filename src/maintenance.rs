@@ -68,12 +68,7 @@ impl Maintenance {
     /// ```
     pub async fn status(&self) -> Result<StatusResponse> {
         self.transport
-            .unary(
-                Rpc::Status,
-                self.call.call(Deadline::Default),
-                StatusRequest {},
-                |c, r| async move { c.maintenance().status(r).await },
-            )
+            .call(self.call.call(Deadline::Default), StatusRequest {})
             .await
     }
 
@@ -132,14 +127,7 @@ impl Maintenance {
             alarm: alarm as i32,
         };
         self.transport
-            .unary(
-                Rpc::Alarm {
-                    get: action == AlarmAction::Get,
-                },
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.maintenance().alarm(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -157,12 +145,7 @@ impl Maintenance {
     pub async fn defragment(&self) -> Result<DefragmentResponse> {
         // Defragmenting a large db takes minutes: no client deadline.
         self.transport
-            .unary(
-                Rpc::Defragment,
-                self.call.call(Deadline::Unbounded),
-                DefragmentRequest {},
-                |c, r| async move { c.maintenance().defragment(r).await },
-            )
+            .call(self.call.call(Deadline::Unbounded), DefragmentRequest {})
             .await
     }
 
@@ -176,12 +159,7 @@ impl Maintenance {
     /// ```
     pub async fn hash(&self) -> Result<HashResponse> {
         self.transport
-            .unary(
-                Rpc::Hash,
-                self.call.call(Deadline::Default),
-                HashRequest {},
-                |c, r| async move { c.maintenance().hash(r).await },
-            )
+            .call(self.call.call(Deadline::Default), HashRequest {})
             .await
     }
 
@@ -197,12 +175,7 @@ impl Maintenance {
     pub async fn hash_kv(&self, revision: i64) -> Result<HashKvResponse> {
         let request = HashKvRequest { revision };
         self.transport
-            .unary(
-                Rpc::HashKv,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.maintenance().hash_kv(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -218,12 +191,7 @@ impl Maintenance {
     pub async fn move_leader(&self, target_id: u64) -> Result<MoveLeaderResponse> {
         let request = MoveLeaderRequest { target_id };
         self.transport
-            .unary(
-                Rpc::MoveLeader,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.maintenance().move_leader(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 
@@ -246,12 +214,7 @@ impl Maintenance {
             version: version.into(),
         };
         self.transport
-            .unary(
-                Rpc::Downgrade,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.maintenance().downgrade(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 

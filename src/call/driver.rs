@@ -395,7 +395,7 @@ impl Transport {
     }
 
     /// Make one unary call with retries, hedging and token renewal; see [`Transport::drive`].
-    pub(crate) async fn unary<Req, Resp, F, Fut>(
+    pub(super) async fn unary<Req, Resp, F, Fut>(
         &self,
         rpc: Rpc,
         how: Call,

@@ -15,6 +15,7 @@ pub(crate) mod plan;
 pub(crate) mod stats;
 mod streams;
 pub(crate) mod supervise;
+mod typed;
 mod unimplemented;
 
 use std::fmt;

@@ -9,7 +9,6 @@ use crate::proto::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeResponse, PutResponse, RangeRequest,
     RangeResponse, ResponseHeader, TxnResponse,
 };
-use crate::rpc::Rpc;
 use crate::txn::Txn;
 
 mod monotonic;
@@ -119,17 +118,7 @@ impl Kv {
             .guarded(
                 serializable,
                 request,
-                |request, call| {
-                    let rpc = Rpc::Range {
-                        serializable: request.serializable,
-                    };
-                    self.transport.unary(
-                        rpc,
-                        call,
-                        request,
-                        |c, r| async move { c.kv().range(r).await },
-                    )
-                },
+                |request, call| self.transport.call(call, request),
                 |r| r.header.as_ref(),
                 |request| RangeRequest {
                     serializable: false,
@@ -248,12 +237,7 @@ impl Kv {
         let seen = self.transport.seen_revision();
         let mut resp = self
             .transport
-            .unary(
-                Rpc::Put,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.kv().put(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await?;
         self.transport.observe_committed(resp.header.as_ref(), seen);
         namespace::strip(self.namespace.as_ref(), &mut resp, Namespace::put_response);
@@ -279,12 +263,7 @@ impl Kv {
         let seen = self.transport.seen_revision();
         let mut resp = self
             .transport
-            .unary(
-                Rpc::DeleteRange,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.kv().delete_range(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await?;
         self.transport.observe_committed(resp.header.as_ref(), seen);
         namespace::strip(
@@ -315,18 +294,7 @@ impl Kv {
             .guarded(
                 serializable,
                 request,
-                |request, call| {
-                    // A txn that only reads is as safe to repeat as a range.
-                    let rpc = Rpc::Txn {
-                        read_only: crate::txn::is_read_only(&request),
-                    };
-                    self.transport.unary(
-                        rpc,
-                        call,
-                        request,
-                        |c, r| async move { c.kv().txn(r).await },
-                    )
-                },
+                |request, call| self.transport.call(call, request),
                 |r| r.header.as_ref(),
                 monotonic::linearizable_txn,
             )
@@ -348,12 +316,7 @@ impl Kv {
     pub async fn compact(&self, revision: i64, physical: bool) -> Result<CompactionResponse> {
         let request = CompactionRequest { revision, physical };
         self.transport
-            .unary(
-                Rpc::Compact,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.kv().compact(r).await },
-            )
+            .call(self.call.call(Deadline::Default), request)
             .await
     }
 }

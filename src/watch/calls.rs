@@ -18,7 +18,6 @@ use crate::kv::Kv;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::{RangeRequest, StatusRequest};
 use crate::proto::mvccpb::KeyValue;
-use crate::rpc::Rpc;
 
 /// Keys read per request when a watch reloads its range after a compaction.
 const RELOAD_PAGE: i64 = 1000;
@@ -37,11 +36,9 @@ impl HubTask {
                     return;
                 };
                 let status = transport
-                    .unary(
-                        Rpc::Status,
+                    .call(
                         Call::new(Target::Member(endpoint), Deadline::Default),
                         StatusRequest {},
-                        |c, r| async move { c.maintenance().status(r).await },
                     )
                     .await;
                 drop(transport);
