@@ -224,21 +224,21 @@ mod tests {
         transport.observe_header(Some(&header(1000)));
         // A serializable answer from a lagging member says nothing of the cluster.
         transport.observe_header(Some(&header(40)));
-        assert_eq!(transport.seen_revision(), 1000);
+        assert_eq!(transport.revisions.seen(), 1000);
         // A linearizable read sent at floor 1000 answered at 50: the history went back.
         transport.observe_committed(Some(&header(50)), 1000);
-        assert_eq!(transport.seen_revision(), 50);
+        assert_eq!(transport.revisions.seen(), 50);
         assert_eq!(
             events.next().await.unwrap(),
             EndpointEvent::HistoryRewound { from: 1000, to: 50 }
         );
         // A second stale answer sent at the same old floor changes nothing more.
         transport.observe_committed(Some(&header(45)), 1000);
-        assert_eq!(transport.seen_revision(), 50);
+        assert_eq!(transport.revisions.seen(), 50);
         // An answer at or above its own floor is ordinary: nothing to do here (`unary` has
         // observed its header already).
         transport.observe_committed(Some(&header(60)), 50);
-        assert_eq!(transport.seen_revision(), 50);
+        assert_eq!(transport.revisions.seen(), 50);
     }
 
     #[tokio::test(start_paused = true)]

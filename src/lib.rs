@@ -202,6 +202,7 @@ pub mod proto;
 mod redact;
 mod response;
 mod retry;
+mod revisions;
 pub mod rpc;
 mod session;
 mod stream;

@@ -1,8 +1,7 @@
 //! The one table: every etcd v3 RPC, where it should go, and whether it is safe to send twice.
 //!
 //! Routing and retry decisions read this table and nothing else, so adding an RPC means adding one
-//! row here, and for a unary RPC one in `call/typed.rs`, where the request type names its row
-//! and its service method (call sites pass only the request). The idempotency column follows etcd's Go client (`client/v3/retry.go`): reads,
+//! row here (and, if unary, one in `call/typed.rs`: its request type, answer and method). The idempotency column follows etcd's Go client (`client/v3/retry.go`): reads,
 //! keep-alives and lease lookups are *repeatable*; everything that changes the key space, the
 //! leases, the membership or the auth store is not, and is only re-sent when it provably never
 //! left this client or etcd refused it before doing anything.

@@ -20,6 +20,7 @@ use crate::endpoint::{
     ClusterId, Dial, Endpoint, EndpointInfo, Failure, HealthConfig, HealthState, RaftView,
 };
 use crate::error::{Error, Result};
+use crate::revisions::Revisions;
 use crate::rpc::Route;
 use crate::token::TokenCell;
 
@@ -42,6 +43,8 @@ pub(crate) struct BalancerConfig {
     /// The client's auth token, when it has credentials: shared with the calls, and shown to
     /// members whose Status needs a user (etcd 3.6, 3.5.28+; see `prober.rs`).
     pub(crate) token: Option<Arc<TokenCell>>,
+    /// The client's newest revisions: the probes write theirs (see `revisions.rs`).
+    pub(crate) revisions: Arc<Revisions>,
 }
 
 /// The endpoint set and the leader.
@@ -58,9 +61,6 @@ pub(crate) struct Balancer {
     pub(crate) sync_now: Arc<Notify>,
     /// Bumped whenever an endpoint's health changes.
     health_changes: watch::Sender<()>,
-    /// The newest store revision a probe's Status answer carried (committed, since a member
-    /// applied it): the watch hub's view of the cluster when the client itself writes nothing.
-    probed_revision: watch::Sender<i64>,
     /// The last time the cluster's revision went back (from, to), for the endpoint events.
     rewound: watch::Sender<Option<(i64, i64)>>,
     /// Cancelled when the client goes: stops every prober.
@@ -118,7 +118,6 @@ impl Balancer {
             probe_now: Arc::new(Notify::new()),
             sync_now: Arc::new(Notify::new()),
             health_changes,
-            probed_revision: watch::Sender::new(0),
             rewound: watch::Sender::new(None),
             cancel,
             cluster_id: ClusterId::default(),
@@ -154,14 +153,14 @@ impl Balancer {
         self.health_changes.subscribe()
     }
 
-    /// The newest store revision a probe saw; the receiver wakes when it grows.
-    pub(crate) fn probed_revision(&self) -> watch::Receiver<i64> {
-        self.probed_revision.subscribe()
-    }
-
     /// The endpoint set; member sync's changes wake the receiver.
     pub(crate) fn endpoint_changes(&self) -> watch::Receiver<Arc<Vec<Arc<Endpoint>>>> {
         self.endpoints.subscribe()
+    }
+
+    /// The client's newest revisions (see `revisions.rs`).
+    pub(crate) fn revisions(&self) -> &Arc<Revisions> {
+        &self.config.revisions
     }
 
     /// The cluster's revision went back from `from` to `to` (see
@@ -661,13 +660,7 @@ impl ProbeSink for Balancer {
     }
 
     fn on_revision(&self, revision: i64) {
-        self.probed_revision.send_if_modified(|newest| {
-            let news = revision > *newest;
-            if news {
-                *newest = revision;
-            }
-            news
-        });
+        self.config.revisions.probed(revision);
     }
 
     fn on_probed(&self, _ep: &Endpoint) {

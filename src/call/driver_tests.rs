@@ -769,7 +769,7 @@ async fn an_answer_from_another_cluster_is_refused_with_its_member() {
         2,
         "the member that answered is dropped"
     );
-    assert_eq!(transport.seen_revision(), 0);
+    assert_eq!(transport.revisions.seen(), 0);
 }
 
 /// Issue 18: every unary answer's revision is one the client has seen (the monotonic floor),
@@ -796,11 +796,11 @@ async fn every_answers_revision_and_every_delivered_one_raise_the_floor() {
         )
         .await;
     assert!(granted.is_ok(), "{granted:?}");
-    assert_eq!(transport.seen_revision(), 42);
-    transport.observe_delivered(50);
-    assert_eq!(transport.seen_revision(), 50);
-    transport.observe_delivered(45);
-    assert_eq!(transport.seen_revision(), 50, "never lower");
+    assert_eq!(transport.revisions.seen(), 42);
+    transport.revisions.delivered(50);
+    assert_eq!(transport.revisions.seen(), 50);
+    transport.revisions.delivered(45);
+    assert_eq!(transport.revisions.seen(), 50, "never lower");
 }
 
 /// A put through `transport` whose attempts are answered at once: the member it went to, and

@@ -19,7 +19,7 @@ mod typed;
 mod unimplemented;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +40,7 @@ use crate::proto::etcdserverpb::{
 };
 use crate::proto::v3electionpb::election_client::ElectionClient;
 use crate::proto::v3lockpb::lock_client::LockClient;
+use crate::revisions::Revisions;
 use crate::rpc::{Route, Rpc};
 use crate::token::TokenCell;
 
@@ -161,10 +162,8 @@ pub(crate) struct Transport {
     token: Option<Arc<TokenCell>>,
     /// Cancelled when the last client handle goes: stops every background task.
     pub(crate) cancel: CancellationToken,
-    /// The newest store revision in any KV answer: where a managed watch from "now" starts.
-    seen_revision: AtomicI64,
-    /// Bumped when `seen_revision` grows: the watch hub checks that its stream keeps up.
-    revision_news: tokio::sync::watch::Sender<()>,
+    /// The newest revisions the client knows of (the balancer's probes write them too).
+    pub(crate) revisions: Arc<Revisions>,
     /// Hedges draw on it (see [`budget`]); a std mutex held for a few additions, never
     /// across `.await`.
     budget: Mutex<budget::HedgeBudget>,
@@ -220,13 +219,13 @@ impl Transport {
     fn over(balancer: Arc<Balancer>, options: Options) -> Arc<Self> {
         // One cell for the calls and the probes (see `BalancerConfig::token`).
         let token = balancer.token().cloned();
+        let revisions = balancer.revisions().clone();
         Arc::new(Transport {
+            revisions,
             balancer,
             options,
             token,
             cancel: CancellationToken::new(),
-            seen_revision: AtomicI64::new(0),
-            revision_news: tokio::sync::watch::Sender::new(()),
             budget: Mutex::new(budget::HedgeBudget::new(Instant::now())),
             counters: stats::Counters::default(),
             unimplemented: Mutex::default(),
@@ -252,9 +251,7 @@ impl Transport {
     /// once if it comes from a newer raft term.
     pub(crate) fn observe_header(&self, header: Option<&ResponseHeader>) {
         if let Some(h) = header {
-            if self.seen_revision.fetch_max(h.revision, Ordering::Relaxed) < h.revision {
-                self.revision_news.send_replace(());
-            }
+            self.revisions.answered(h.revision);
             self.balancer.observe_term(h.raft_term);
         }
     }
@@ -274,35 +271,14 @@ impl Transport {
         if h.revision >= floor || h.revision <= 0 {
             return;
         }
-        let mut seen = self.seen_revision.load(Ordering::Relaxed);
-        // Only what is still at or above the old floor is the old history's.
-        while seen >= floor {
-            match self.seen_revision.compare_exchange(
-                seen,
-                h.revision,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    tracing::warn!(
-                        from = seen,
-                        to = h.revision,
-                        "the cluster's revision went back (a restore?); the monotonic floor follows"
-                    );
-                    self.balancer.history_rewound(seen, h.revision);
-                    self.revision_news.send_replace(());
-                    break;
-                }
-                Err(now) => seen = now,
-            }
+        if let Some(from) = self.revisions.rewind(floor, h.revision) {
+            tracing::warn!(
+                from,
+                to = h.revision,
+                "the cluster's revision went back (a restore?); the monotonic floor follows"
+            );
+            self.balancer.history_rewound(from, h.revision);
         }
-    }
-
-    /// The watch hub delivered events (or a sound progress) up to `revision`: a revision the
-    /// cluster committed and the client has seen, so the monotonic floor takes it. The hub is
-    /// not woken for it (it delivered it).
-    pub(crate) fn observe_delivered(&self, revision: i64) {
-        self.seen_revision.fetch_max(revision, Ordering::Relaxed);
     }
 
     /// A call started: the hedge budget grows.
@@ -326,16 +302,6 @@ impl Transport {
             .map(|e| e.ejections_and_suspicions())
             .fold((0, 0), |(a, b), (e, s)| (a + e, b + s));
         self.counters.snapshot(ejections, suspicions)
-    }
-
-    /// The newest store revision this client has seen in a KV answer (0: none yet).
-    pub(crate) fn seen_revision(&self) -> i64 {
-        self.seen_revision.load(Ordering::Relaxed)
-    }
-
-    /// Wakes when [`seen_revision`](Self::seen_revision) grows.
-    pub(crate) fn revision_news(&self) -> tokio::sync::watch::Receiver<()> {
-        self.revision_news.subscribe()
     }
 
     /// A connection to `ep`.
@@ -610,6 +576,7 @@ fn balancer_config(options: &Options) -> Result<BalancerConfig> {
             .credentials
             .as_ref()
             .map(|_| Arc::new(TokenCell::default())),
+        revisions: Arc::default(),
     })
 }
 

@@ -156,7 +156,7 @@ impl Kv {
         Req: Clone,
         Fut: Future<Output = Result<Resp>>,
     {
-        let seen = self.transport.seen_revision();
+        let seen = self.transport.revisions.seen();
         let floor = monotonic::floor(self.transport.options.monotonic_reads, serializable, seen);
         let call = self.call.call(Deadline::Default);
         let at = self.transport.deadline_at(call.deadline);
@@ -234,7 +234,7 @@ impl Kv {
     ) -> Result<PutResponse> {
         let request = options.into_request(key.into(), value.into());
         let request = namespace::map(self.namespace.as_ref(), request, Namespace::put_request);
-        let seen = self.transport.seen_revision();
+        let seen = self.transport.revisions.seen();
         let mut resp = self
             .transport
             .call(self.call.call(Deadline::Default), request)
@@ -260,7 +260,7 @@ impl Kv {
     ) -> Result<DeleteRangeResponse> {
         let request = options.into_request(key.into());
         let request = namespace::map(self.namespace.as_ref(), request, Namespace::delete_request);
-        let seen = self.transport.seen_revision();
+        let seen = self.transport.revisions.seen();
         let mut resp = self
             .transport
             .call(self.call.call(Deadline::Default), request)

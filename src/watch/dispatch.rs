@@ -217,7 +217,7 @@ impl HubTask {
                 entry.cursor.advance(revision);
                 // The client has seen this revision now: reads do not go back before it.
                 if let Some(transport) = self.transport.upgrade() {
-                    transport.observe_delivered(revision);
+                    transport.revisions.delivered(revision);
                 }
             }
             Err(TrySendError::Closed(_)) => {

@@ -320,12 +320,10 @@ pub(super) struct HubTask {
     /// Wakes the task when an endpoint's health changes, so that the stream leaves an ejected
     /// or leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
-    /// Wakes the task when the client sees a newer revision in a KV answer: the stream should
-    /// show it soon (the lag rule, `lag.rs`).
-    revisions: tokio::sync::watch::Receiver<()>,
-    /// The newest revision the probes saw (wakes the task likewise): how a client that writes
-    /// nothing itself learns of other clients' writes, within a probe interval.
-    pub(super) probed: tokio::sync::watch::Receiver<i64>,
+    /// The newest revision the client knows of, from its answers or its probes (how a client
+    /// that writes nothing itself learns of other clients' writes, within a probe interval);
+    /// wakes the task when it grows: the stream should show it soon (the lag rule, `lag.rs`).
+    pub(super) revisions: tokio::sync::watch::Receiver<i64>,
 }
 
 impl HubTask {
@@ -349,8 +347,7 @@ impl HubTask {
             supervisor: Supervisor::new(transport),
             max_bytes: transport.options.max_response_bytes,
             health: transport.health_changes(),
-            revisions: transport.revision_news(),
-            probed: transport.balancer.probed_revision(),
+            revisions: transport.revisions.subscribe(),
         }
     }
 
@@ -383,10 +380,9 @@ impl HubTask {
                 event = link.event() => link = self.on_event(link, event),
                 // Some endpoint's health changed: look at the stream's member now.
                 Ok(()) = self.health.changed() => link.check_health_now(),
-                // The client saw a newer revision: the next advance checks the stream's lag.
+                // An answer or a probe showed a newer revision: the next advance checks the
+                // stream's lag.
                 Ok(()) = self.revisions.changed() => {}
-                // A probe saw a newer revision: likewise.
-                Ok(()) = self.probed.changed() => {}
                 // A probe, the silence limit, a health check, a retry or the idle close is due.
                 () = sleep => {}
             }

@@ -14,7 +14,7 @@
 //! # What the client knows that the stream does not
 //!
 //! Every KV answer carries the store revision of the member that served it, and the client
-//! keeps the newest (`seen_revision`): a revision the cluster has committed. A healthy member
+//! keeps the newest (`revisions.rs`): a revision the cluster has committed. A healthy member
 //! applies a committed entry within a few milliseconds of the leader, and every answer on a
 //! watch stream (events, `created`, progress) carries its member's revision. So when the
 //! client has seen revision R, the stream's member should show R (or more) soon after,

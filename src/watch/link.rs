@@ -186,11 +186,7 @@ impl HubTask {
                     Due::Probe => up.lag.doubt(now),
                     Due::Nothing => {}
                 }
-                let seen = self
-                    .transport
-                    .upgrade()
-                    .map_or(0, |t| t.seen_revision())
-                    .max(*self.probed.borrow());
+                let seen = *self.revisions.borrow();
                 let hint = up.endpoint.pace_hint();
                 match up.lag.poll(seen, hint, now) {
                     Verdict::Ask => {

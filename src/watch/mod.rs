@@ -192,7 +192,7 @@ impl Watch {
                 .await?;
             cluster_now = now.header.map_or(0, |h| h.revision);
         }
-        let floor = self.transport.seen_revision().max(cluster_now);
+        let floor = self.transport.revisions.seen().max(cluster_now);
         let mut stream = Hub::of(&self.hub, &self.transport)
             .watch(
                 create,
