@@ -420,15 +420,7 @@ impl Cluster {
     /// # }
     /// ```
     pub fn freeze_backend(&self, i: usize) -> Result<(), TestkitError> {
-        assert!(
-            i < self.members.len(),
-            "member {i} of {}",
-            self.members.len()
-        );
-        self.backends
-            .get(i)
-            .ok_or(TestkitError::BackendNotFreezable)?
-            .freeze()
+        self.backend(i)?.freeze()
     }
 
     /// Thaws member `i`'s backend after [`freeze_backend`](Self::freeze_backend): the member
@@ -444,6 +436,11 @@ impl Cluster {
     /// # }
     /// ```
     pub fn thaw_backend(&self, i: usize) -> Result<(), TestkitError> {
+        self.backend(i)?.thaw()
+    }
+
+    /// Member `i`'s backend filesystem; panics if `i >= len()`.
+    fn backend(&self, i: usize) -> Result<&BackendFs, TestkitError> {
         assert!(
             i < self.members.len(),
             "member {i} of {}",
@@ -451,8 +448,7 @@ impl Cluster {
         );
         self.backends
             .get(i)
-            .ok_or(TestkitError::BackendNotFreezable)?
-            .thaw()
+            .ok_or(TestkitError::BackendNotFreezable)
     }
 
     /// Kills member `i` if it runs, then starts it again with the same data dir, ports and flags.
