@@ -202,7 +202,7 @@ impl Transport {
             running: FuturesUnordered::new(),
             members: Vec::new(),
             // Members that said lately they lack the method count as tried: the last choice.
-            tried: self.refusing(rpc),
+            tried: self.methods.refusing(rpc, &self.balancer.endpoints()),
         };
 
         self.await_leader(route, plan.deadline()).await;
@@ -244,7 +244,7 @@ impl Transport {
                                 return Err(Error::Timeout);
                             }
                             let unsent = never_sent(&status);
-                            self.learn_method(&answer.ep, rpc, &status);
+                            self.methods.learn(&answer.ep, rpc, &status);
                             let error = Error::from_status(status, &answer.ep.url);
                             self.learn(&answer.ep, &error);
                             let failed = Failed {

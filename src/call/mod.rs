@@ -19,7 +19,6 @@ mod typed;
 mod unimplemented;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -169,12 +168,8 @@ pub(crate) struct Transport {
     budget: Mutex<budget::HedgeBudget>,
     /// What the calls did, for [`Client::call_stats`](crate::Client::call_stats).
     pub(crate) counters: stats::Counters,
-    /// Members that lately answered they do not have a method (an older etcd); a std mutex
-    /// held for a lookup, never across `.await`.
-    unimplemented: Mutex<unimplemented::Unimplemented>,
-    /// Whether that table has rows, so that every call's look at it is one load while no
-    /// member ever refused a method (almost always); written under the table's lock.
-    any_unimplemented: AtomicBool,
+    /// Members that lately answered they do not have a method (an older etcd).
+    pub(crate) methods: unimplemented::Methods,
 }
 
 impl fmt::Debug for Transport {
@@ -228,8 +223,7 @@ impl Transport {
             cancel: CancellationToken::new(),
             budget: Mutex::new(budget::HedgeBudget::new(Instant::now())),
             counters: stats::Counters::default(),
-            unimplemented: Mutex::default(),
-            any_unimplemented: AtomicBool::new(false),
+            methods: unimplemented::Methods::default(),
         })
     }
 
@@ -331,56 +325,6 @@ impl Transport {
     /// Resolves whenever some endpoint's health changes (see [`Balancer::health_changes`]).
     pub(crate) fn health_changes(&self) -> tokio::sync::watch::Receiver<()> {
         self.balancer.health_changes()
-    }
-
-    /// The member `ep` answered `status` to `rpc`: when it says the member does not have the
-    /// method (see [`unimplemented`]), the member is the method's last choice for a while.
-    pub(crate) fn learn_method(&self, ep: &Endpoint, rpc: Rpc, status: &tonic::Status) {
-        if crate::error::is_unknown_method(status) {
-            tracing::debug!(rpc = rpc.name(), member = %ep.url, "the member lacks the method");
-            let mut table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
-            table.refused(&ep.url, rpc, Instant::now());
-            self.any_unimplemented.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// The members that lately answered they do not have `rpc`'s method, or whose version
-    /// says so (see [`lacks_by_version`]).
-    pub(crate) fn refusing(&self, rpc: Rpc) -> Vec<Arc<str>> {
-        let mut refusing = if self.any_unimplemented.load(Ordering::Relaxed) {
-            let mut table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            if table.forget_old(now) {
-                self.any_unimplemented.store(false, Ordering::Relaxed);
-            }
-            table.refusing(rpc, now)
-        } else {
-            Vec::new()
-        };
-        if version_gated(rpc) {
-            for ep in self.balancer.endpoints().iter() {
-                if lacks_by_version(ep, rpc) && !refusing.contains(&ep.url) {
-                    refusing.push(ep.url.clone());
-                }
-            }
-        }
-        refusing
-    }
-
-    /// Whether a call of `rpc` to `target` may find a member with the method: the member
-    /// itself when pinned, else any member of the set, unless each answered lately that it
-    /// lacks the method.
-    pub(crate) fn may_serve(&self, rpc: Rpc, target: &Target) -> bool {
-        let table = self.unimplemented.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        match target {
-            Target::Member(ep) => table.may_serve(&ep.url, rpc, now) && !lacks_by_version(ep, rpc),
-            Target::Any | Target::Route(_) => self
-                .balancer
-                .endpoints()
-                .iter()
-                .any(|ep| table.may_serve(&ep.url, rpc, now) && !lacks_by_version(ep, rpc)),
-        }
     }
 
     /// What a failed call teaches the balancer (see [`Balancer::learn`]).
@@ -591,15 +535,4 @@ pub(crate) fn wants_login(err: &Error, sent_token: bool) -> bool {
         Error::PermissionDenied => !sent_token,
         _ => false,
     }
-}
-
-/// Whether some member's version may rule out `rpc` (only methods newer than etcd 3.4 are).
-fn version_gated(rpc: Rpc) -> bool {
-    matches!(rpc, Rpc::RangeStream { .. })
-}
-
-/// Whether `ep`'s known version lacks `rpc`'s method: `KV.RangeStream` is etcd 3.7's. An
-/// unknown version is asked (its answer teaches the `unimplemented` table).
-fn lacks_by_version(ep: &Endpoint, rpc: Rpc) -> bool {
-    version_gated(rpc) && ep.version().is_some_and(|v| !v.serves_range_stream())
 }

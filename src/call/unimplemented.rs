@@ -18,11 +18,14 @@
 //! The table holds one row per member and method that answered so (a handful): a lookup walks
 //! it, which costs nothing next to a call.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::Target;
+use crate::endpoint::Endpoint;
 use crate::rpc::Rpc;
 
 /// How long a member's `Unimplemented` is believed. 60 s: a rolling upgrade replaces a member
@@ -46,6 +49,80 @@ struct Row {
 
 fn method(rpc: Rpc) -> (&'static str, &'static str) {
     (rpc.service(), rpc.name())
+}
+
+/// The table behind its lock, and whether it has rows, so that every call's look at it is one
+/// load while no member ever refused a method (almost always).
+#[derive(Debug, Default)]
+pub(crate) struct Methods {
+    /// A std mutex held for a lookup, never across `.await`.
+    table: Mutex<Unimplemented>,
+    /// Written under the table's lock.
+    any: AtomicBool,
+}
+
+impl Methods {
+    fn table(&self) -> MutexGuard<'_, Unimplemented> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The member `ep` answered `status` to `rpc`: when it says the member does not have the
+    /// method, the member is the method's last choice for a while.
+    pub(crate) fn learn(&self, ep: &Endpoint, rpc: Rpc, status: &tonic::Status) {
+        if crate::error::is_unknown_method(status) {
+            tracing::debug!(rpc = rpc.name(), member = %ep.url, "the member lacks the method");
+            self.table().refused(&ep.url, rpc, Instant::now());
+            self.any.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The members of `endpoints` that lately answered they do not have `rpc`'s method, or
+    /// whose version says so (see [`lacks_by_version`]).
+    pub(crate) fn refusing(&self, rpc: Rpc, endpoints: &[Arc<Endpoint>]) -> Vec<Arc<str>> {
+        let mut refusing = if self.any.load(Ordering::Relaxed) {
+            let mut table = self.table();
+            let now = Instant::now();
+            if table.forget_old(now) {
+                self.any.store(false, Ordering::Relaxed);
+            }
+            table.refusing(rpc, now)
+        } else {
+            Vec::new()
+        };
+        if version_gated(rpc) {
+            for ep in endpoints {
+                if lacks_by_version(ep, rpc) && !refusing.contains(&ep.url) {
+                    refusing.push(ep.url.clone());
+                }
+            }
+        }
+        refusing
+    }
+
+    /// Whether a call of `rpc` to `target` may find a member with the method: the member
+    /// itself when pinned, else any of `endpoints`, unless each answered lately that it lacks
+    /// the method.
+    pub(crate) fn may_serve(&self, rpc: Rpc, target: &Target, endpoints: &[Arc<Endpoint>]) -> bool {
+        let table = self.table();
+        let now = Instant::now();
+        let serves =
+            |ep: &Endpoint| table.may_serve(&ep.url, rpc, now) && !lacks_by_version(ep, rpc);
+        match target {
+            Target::Member(ep) => serves(ep),
+            Target::Any | Target::Route(_) => endpoints.iter().any(|ep| serves(ep)),
+        }
+    }
+}
+
+/// Whether some member's version may rule out `rpc` (only methods newer than etcd 3.4 are).
+fn version_gated(rpc: Rpc) -> bool {
+    matches!(rpc, Rpc::RangeStream { .. })
+}
+
+/// Whether `ep`'s known version lacks `rpc`'s method: `KV.RangeStream` is etcd 3.7's. An
+/// unknown version is asked (its answer teaches the table).
+fn lacks_by_version(ep: &Endpoint, rpc: Rpc) -> bool {
+    version_gated(rpc) && ep.version().is_some_and(|v| !v.serves_range_stream())
 }
 
 impl Unimplemented {

@@ -274,10 +274,11 @@ impl Reader {
     fn wants_stream(&self) -> bool {
         self.stream
             && self.pager.streamable()
-            && self
-                .kv
-                .transport
-                .may_serve(self.rpc(), &self.kv.call.target)
+            && self.kv.transport.methods.may_serve(
+                self.rpc(),
+                &self.kv.call.target,
+                &self.kv.transport.balancer.endpoints(),
+            )
     }
 
     /// One chunk of the `RangeStream`, opened first if none is; a stream that breaks (or is
@@ -323,7 +324,7 @@ impl Reader {
                     if let (Error::Grpc(status), Ok(ep)) =
                         (&error, self.kv.transport.endpoint(&endpoint))
                     {
-                        self.kv.transport.learn_method(&ep, self.rpc(), status);
+                        self.kv.transport.methods.learn(&ep, self.rpc(), status);
                     }
                     return Ok(Pulled::Unimplemented);
                 }
