@@ -500,9 +500,15 @@ impl ClusterBuilder {
         };
         let client_tls = tls.as_ref().map(TlsFiles::client_tls_config).transpose()?;
         let backends = if self.freezable_backend {
-            (0..self.members)
-                .map(|i| BackendFs::create(dir.path(), &format!("m{i}")))
-                .collect::<Result<Vec<_>, _>>()?
+            // mkfs and mount: off the async worker threads, like the namespaces.
+            let (members, path) = (self.members, dir.path().to_path_buf());
+            tokio::task::spawn_blocking(move || {
+                (0..members)
+                    .map(|i| BackendFs::create(&path, &format!("m{i}")))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await
+            .unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()))?
         } else {
             Vec::new()
         };
