@@ -237,7 +237,8 @@ where
         let missing: Vec<_> = truth.iter().filter(|e| !got.contains(e)).collect();
         let extra: Vec<_> = got.iter().filter(|e| !truth.contains(e)).collect();
         panic!(
-            "{name}: delivered {} events, history has {}; missing {missing:?}; not in history {extra:?}",
+            "{name}: delivered {} events, history has {}; missing {missing:?}; \
+             not in history {extra:?}",
             got.len(),
             truth.len()
         );
@@ -271,7 +272,9 @@ where
         .max()
         .unwrap_or_default();
     eprintln!(
-        "{name}: watch on {on}; fault took {fault_took:?}; resume {resume:?}, writes back {writes_back:?}, max lag {max_lag:?}; {} events exactly once, in order; {} watch streams opened",
+        "{name}: watch on {on}; fault took {fault_took:?}; resume {resume:?}, writes back \
+         {writes_back:?}, max lag {max_lag:?}; {} events exactly once, in order; {} watch \
+         streams opened",
         got.len(),
         watch_client.watch().streams_opened()
     );

@@ -165,7 +165,10 @@ impl Error {
     /// Whether a leader refused a membership change because a peer is not yet connected
     /// (`unhealthy cluster`, etcd's strict reconfiguration check): it still leads.
     pub(crate) fn is_unhealthy_cluster(&self) -> bool {
-        matches!(self, Error::Unavailable(status) if status.message().ends_with("unhealthy cluster"))
+        match self {
+            Error::Unavailable(status) => status.message().ends_with("unhealthy cluster"),
+            _ => false,
+        }
     }
 }
 
