@@ -175,6 +175,7 @@
 
 mod auth;
 mod balance;
+mod cache;
 mod call;
 mod channel;
 mod client;
@@ -217,6 +218,9 @@ pub mod testkit;
 pub use auth::{Auth, PermissionType};
 pub use balance::{Candidate, LeaderFirst, PickPolicy};
 #[doc(hidden)]
+pub use cache::{
+    Cache, CacheOptions, CacheRead, CacheStats, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, Freshness,
+};
 pub use call::stats::CallStats;
 pub use channel::BalancedChannel;
 pub use client::Client;

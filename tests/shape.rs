@@ -16,15 +16,12 @@ const MAX_LINES: usize = 500;
 /// Files over [`MAX_LINES`] when the rule came in (2026-12-03), at their size then: each may
 /// shrink, none may grow. Remove a row once its file is under the limit.
 const OVER_THE_LIMIT: &[(&str, usize)] = &[
-    ("src/watch/mod.rs", 516),
     ("src/client.rs", 520),
-    ("src/watch/link.rs", 521),
     ("src/keeper/state_tests.rs", 528),
     ("src/concurrency/leadership.rs", 539),
     ("src/options/mod.rs", 540),
     ("src/keeper/task.rs", 554),
     ("src/rpc.rs", 575),
-    ("src/watch/hub.rs", 604),
     ("src/call/mod.rs", 538),
     ("src/endpoint/mod.rs", 648),
     ("src/balance/mod.rs", 707),

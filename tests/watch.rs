@@ -1186,3 +1186,55 @@ async fn a_watch_from_now_on_a_lagging_member_does_not_replay_acknowledged_write
         "only what came after watch()"
     );
 }
+
+/// A watch on a stream of its own answers a progress request at once, and the answer (on
+/// members that order it after pending events) brings the watch to the cluster's revision
+/// though its key is quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_watch_gets_progress_on_demand() {
+    let cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let key = support::unique("watch-progress");
+    let own = client.watch().isolated();
+    let mut watch = own
+        .watch(key.as_str(), WatchOptions::new().with_progress_notify())
+        .await
+        .unwrap();
+    let elsewhere = put(&client, &support::unique("watch-elsewhere"), "x").await;
+    let proves = watch.request_progress().await.unwrap();
+    let ordered = cluster
+        .etcd_version()
+        .parse::<etcd_ha::ServerVersion>()
+        .is_ok_and(etcd_ha::ServerVersion::orders_progress);
+    if !ordered {
+        assert!(
+            !proves,
+            "members before 3.4.25 / 3.5.8 prove nothing by progress"
+        );
+        return;
+    }
+    // The member's version may not be known the moment the stream opened: ask until it is.
+    let mut proves = proves;
+    for _ in 0..50 {
+        if proves {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proves = watch.request_progress().await.unwrap();
+    }
+    assert!(proves, "an ordering member's answers prove progress");
+    let batch = timeout(Duration::from_secs(5), watch.next_batch())
+        .await
+        .expect("the progress answer comes at once")
+        .expect("the watch goes on")
+        .unwrap();
+    match batch {
+        WatchBatch::Progress { revision } => assert!(revision >= elsewhere, "{revision}"),
+        other => panic!("expected progress, got {other:?}"),
+    }
+    assert_eq!(
+        client.watch().streams_opened(),
+        0,
+        "the client's own stream was not used"
+    );
+}

@@ -64,7 +64,8 @@ impl Error {
             Error::NoLeader
             | Error::NotLeader
             | Error::ProposalDropped
-            | Error::TooManyRequests => Refused,
+            | Error::TooManyRequests
+            | Error::NotFresh { .. } => Refused,
             Error::InvalidAuthToken => Login,
             Error::Transport { .. }
             | Error::Timeout
@@ -96,7 +97,8 @@ impl Error {
             | Error::WatchCanceled { .. }
             | Error::WatchTooLarge { .. }
             | Error::CampaignTooFrequent { .. }
-            | Error::TooManyMembers { .. } => Definite,
+            | Error::TooManyMembers { .. }
+            | Error::CacheLimit { .. } => Definite,
             Error::NoEndpoints
             | Error::InvalidEndpoint { .. }
             | Error::PlaintextCredentials { .. }
@@ -289,6 +291,20 @@ mod tests {
             ),
             (Error::InvalidNamespace { reason: "r" }, Fatal),
             (Error::StmConflict { attempts: 3 }, Definite),
+            (
+                Error::CacheLimit {
+                    what: "keys",
+                    limit: 1,
+                },
+                Definite,
+            ),
+            (
+                Error::NotFresh {
+                    revision: 1,
+                    wanted: 2,
+                },
+                Refused,
+            ),
             (Error::StreamClosed, Interrupted),
             (Error::Shutdown, Ambiguous),
             (Error::Grpc(Status::unknown("x")), Ambiguous),

@@ -352,6 +352,29 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// A [`Cache`](crate::Cache)'s range holds more than its limit of keys or bytes
+    /// ([`CacheOptions`](crate::CacheOptions)): it stopped following the range, and every
+    /// read of it fails with this error. Make it again with a larger limit or a smaller range.
+    #[error("cache limit exceeded: more than {limit} {what}")]
+    CacheLimit {
+        /// What went over: `"keys"` or `"bytes"`.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+
+    /// A [`Cache`](crate::Cache) read that must be fresh could not be made so within its
+    /// deadline: the cache holds revision `revision`, and the read needed `wanted` (0 while
+    /// the quorum read that tells it was still pending). The cache never falls back to etcd
+    /// by itself; the caller may read etcd directly.
+    #[error("cache not fresh in time: it holds revision {revision}, the read needed {wanted}")]
+    NotFresh {
+        /// The revision the cache holds.
+        revision: i64,
+        /// The revision the read needed.
+        wanted: i64,
+    },
+
     /// The server closed a stream that should have stayed open.
     #[error("the server closed the stream")]
     StreamClosed,

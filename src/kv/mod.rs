@@ -102,6 +102,11 @@ impl Kv {
         RangePages::new(self.clone(), options.into_request(key.into()), page_size)
     }
 
+    /// The client's request timeout (what a call through this handle waits by default).
+    pub(crate) fn request_timeout(&self) -> Option<std::time::Duration> {
+        self.transport.options.request_timeout
+    }
+
     /// Send a raw [`RangeRequest`].
     ///
     /// ```no_run

@@ -1,7 +1,7 @@
 //! The shared stream itself: opening it (through the transport's pick, retries and
-//! require-leader), keeping it honest (progress probes, the lag rule of `lag.rs`, the silence
-//! limit, the member's health as the probers see it), sending creates and cancels, and leaving
-//! it for another member.
+//! require-leader), keeping it honest (progress probes, sent by `probe.rs`; the lag rule of
+//! `lag.rs`; the silence limit; the member's health as the probers see it), sending creates
+//! and cancels, and leaving it for another member.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -14,20 +14,15 @@ use tokio::time::Instant;
 
 use super::hub::{HubTask, State};
 use super::lag::{Lag, Verdict};
-use super::progress::{Due, Liveness, Probe, ProgressGate};
+use super::progress::{Due, Liveness, ProgressGate};
 use crate::call::supervise::{self, FULL_RETRY};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
-    WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
-    watch_request::RequestUnion,
+    WatchCancelRequest, WatchRequest, WatchResponse, watch_request::RequestUnion,
 };
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
-
-/// The key of the canary watch (see `progress.rs`): any key does; this one is never written
-/// by anyone sane, so the canary sees no events.
-const CANARY_KEY: &[u8] = b"\0etcd-ha/watch-liveness";
 
 /// A stream with no watch left is closed after this long (a watch made soon after reuses it).
 const IDLE_LINGER: Duration = Duration::from_secs(10);
@@ -153,7 +148,9 @@ impl HubTask {
                 if let Some(lag) = up.lag.next_wake() {
                     wake = wake.min(lag);
                 }
-                if (!up.outbox.is_empty() || self.has_queued()) && up.tx.capacity() == 0 {
+                let waiting =
+                    !up.outbox.is_empty() || self.has_queued() || !self.progress_wanted.is_empty();
+                if waiting && up.tx.capacity() == 0 {
                     wake = wake.min(now + FULL_RETRY);
                 }
                 if let Some(idle) = up.idle_since {
@@ -249,6 +246,9 @@ impl HubTask {
                 } else {
                     up.idle_since = None;
                 }
+                if !self.progress_wanted.is_empty() {
+                    self.progress_now(&mut up, now);
+                }
                 if let Err(e) = self.flush(&mut up) {
                     return self.lose(up, Some(&e), now);
                 }
@@ -289,41 +289,6 @@ impl HubTask {
             }
         }
         Ok(())
-    }
-
-    /// Ask the stream for a sign of life (and progress).
-    pub(super) fn probe(&mut self, up: &mut Up, now: Instant) {
-        match up.gate.probe(now) {
-            Probe::Progress => {
-                let request = WatchRequest {
-                    request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
-                };
-                // A full channel is a stream pushing back; the next probe tries again.
-                if up.tx.try_send(request).is_ok() {
-                    up.gate.sent(now);
-                }
-            }
-            // A progress request is owed (newer etcd holds its answer while a watch catches
-            // up): a canary's `created` comes at once on every version.
-            Probe::Canary | Probe::Wait => {
-                let watch_id = self.watch_id();
-                let create = WatchRequest {
-                    request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
-                        key: CANARY_KEY.to_vec(),
-                        watch_id,
-                        ..Default::default()
-                    })),
-                };
-                if up.tx.try_send(create).is_ok() {
-                    tracing::trace!(
-                        endpoint = %up.endpoint.url,
-                        "progress request unanswered; canary watch sent",
-                    );
-                    up.creating.push_back((watch_id, None));
-                    up.outbox.push_back(cancel_request(watch_id));
-                }
-            }
-        }
     }
 
     /// Start opening a stream whose first message creates the first queued watch.

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use futures_util::Stream;
 use tokio::sync::mpsc;
 
-use super::hub::Hub;
+use super::handle::Hub;
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::proto::mvccpb::{Event, KeyValue};
@@ -229,6 +229,36 @@ impl WatchStream {
     /// ```
     pub fn endpoint(&self) -> Option<String> {
         self.hub.endpoint()
+    }
+
+    /// Ask the server for progress on this watch's stream now, rather than at the next
+    /// periodic request (every second). Resolves once the request went out, to whether the
+    /// answer will prove anything: `true` on members that order progress answers after
+    /// pending events (etcd 3.4.25+, 3.5.8+, 3.6+), where a watch made with
+    /// [`with_progress_notify`](crate::WatchOptions::with_progress_notify) then gets a
+    /// [`WatchBatch::Progress`] (if it is news); `false` where the answer only proves the
+    /// stream alive, or while the member's version is not known yet.
+    ///
+    /// etcd answers only once every watch on the stream has caught up, so on a stream shared
+    /// with watches that replay history the answer waits for them; a watch that needs prompt
+    /// answers belongs on a stream of its own ([`Watch::isolated`](crate::Watch::isolated)).
+    ///
+    /// ```no_run
+    /// # async fn demo(w: etcd_ha::WatchStream) -> etcd_ha::Result<()> {
+    /// if !w.request_progress().await? {
+    ///     println!("this member's progress answers prove nothing");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn request_progress(&self) -> Result<bool> {
+        Ok(self.hub.request_progress().await? == Some(true))
+    }
+
+    /// The hub that carries this watch (a cache asks it for progress while another task
+    /// reads the stream).
+    pub(crate) fn hub(&self) -> Hub {
+        self.hub.clone()
     }
 
     /// Cancel the watch (on the server too). Dropping the stream does the same.

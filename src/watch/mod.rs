@@ -12,28 +12,30 @@
 
 mod calls;
 mod dispatch;
+mod handle;
 mod hub;
 mod lag;
 mod link;
 mod managed;
+mod probe;
 mod progress;
+mod raw;
 mod relogin;
 mod resume;
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-
-pub(crate) use hub::{Hub, HubCell};
+pub(crate) use handle::{Hub, HubCell};
 pub use managed::{WatchBatch, WatchStream};
+pub use raw::Watcher;
 
 use crate::call::{Call, Transport};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kv::{GetOptions, Kv};
 use crate::namespace::{self, Namespace};
 use crate::proto::etcdserverpb::{
-    WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchRequest, WatchResponse,
-    watch_create_request::FilterType, watch_request::RequestUnion,
+    WatchCreateRequest, WatchRequest, WatchResponse, watch_create_request::FilterType,
+    watch_request::RequestUnion,
 };
 use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
@@ -205,6 +207,27 @@ impl Watch {
         Ok(stream)
     }
 
+    /// A [`Watch`] whose managed watches share a stream of their own, apart from the client's
+    /// other managed watches (and with its own background task, which ends when this handle
+    /// and its watches are dropped). For a watch that must not wait for others: etcd answers a
+    /// progress request only once every watch on the stream has caught up, and a watch that
+    /// replays a long history holds up the events of the watches behind it on its stream.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let own = client.watch().isolated();
+    /// let w = own.watch("config/", etcd_ha::WatchOptions::new().with_prefix()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn isolated(&self) -> Watch {
+        Watch {
+            transport: self.transport.clone(),
+            hub: Arc::new(HubCell::default()),
+            namespace: self.namespace.clone(),
+        }
+    }
+
     /// How many streams the managed watches of this client have opened (one, unless
     /// failures forced reopening). For tests.
     #[doc(hidden)]
@@ -269,83 +292,7 @@ impl Watch {
             stream = stream.with_map(move |r: &mut WatchResponse| ns.watch_response(r));
         }
         let namespace = self.namespace.clone();
-        Ok((Watcher { tx, namespace }, stream))
-    }
-}
-
-/// The sending half of a watch stream: add watches, cancel them, ask for progress.
-///
-/// ```no_run
-/// # async fn demo(watcher: etcd_ha::Watcher) -> etcd_ha::Result<()> {
-/// watcher.watch("other", etcd_ha::WatchOptions::new()).await?;
-/// watcher.request_progress().await?;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Debug)]
-pub struct Watcher {
-    tx: mpsc::Sender<WatchRequest>,
-    /// The namespace of the client that opened the stream: creates sent here are mapped into it.
-    namespace: Option<Namespace>,
-}
-
-impl Watcher {
-    /// Add a watch on this stream; its `created` response carries the watch id.
-    ///
-    /// ```no_run
-    /// # async fn demo(watcher: etcd_ha::Watcher) -> etcd_ha::Result<()> {
-    /// watcher.watch("b", etcd_ha::WatchOptions::new().with_prev_kv()).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn watch(&self, key: impl Into<Vec<u8>>, options: WatchOptions) -> Result<()> {
-        self.send(options.into_request(key.into())).await
-    }
-
-    /// Cancel the watch with this id; the server answers with a `canceled` response.
-    ///
-    /// ```no_run
-    /// # async fn demo(watcher: etcd_ha::Watcher) -> etcd_ha::Result<()> {
-    /// watcher.cancel(0).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn cancel(&self, watch_id: i64) -> Result<()> {
-        self.send(WatchRequest {
-            request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id })),
-        })
-        .await
-    }
-
-    /// Ask for a progress notification: a response with no events, watch id -1 and the
-    /// current revision. etcd 3.4.25+ and 3.5.8+ send it once every watch on the stream has
-    /// caught up; older servers (3.4.23, 3.5.1 included) answer at once, possibly ahead of
-    /// events still queued for a watch (etcd-io/etcd#15220).
-    ///
-    /// ```no_run
-    /// # async fn demo(watcher: etcd_ha::Watcher) -> etcd_ha::Result<()> {
-    /// watcher.request_progress().await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn request_progress(&self) -> Result<()> {
-        self.send(WatchRequest {
-            request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
-        })
-        .await
-    }
-
-    /// Send a raw request on the stream.
-    ///
-    /// ```no_run
-    /// # async fn demo(watcher: etcd_ha::Watcher) -> etcd_ha::Result<()> {
-    /// watcher.send(etcd_ha::WatchOptions::new().into_request(b"k".to_vec())).await?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn send(&self, request: WatchRequest) -> Result<()> {
-        let request = namespace::map(self.namespace.as_ref(), request, Namespace::watch_request);
-        self.tx.send(request).await.map_err(|_| Error::StreamClosed)
+        Ok((Watcher::new(tx, namespace), stream))
     }
 }
 

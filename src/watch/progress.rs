@@ -138,6 +138,12 @@ impl ProgressGate {
         self.ordered = Some(ordered);
     }
 
+    /// Whether answers to progress requests prove anything on this stream; `None` until the
+    /// member's version is known.
+    pub(crate) fn ordered(&self) -> Option<bool> {
+        self.ordered
+    }
+
     /// Whether answers to progress requests prove anything on this stream.
     pub(crate) fn is_ordered(&self) -> bool {
         self.ordered == Some(true)

@@ -1,0 +1,336 @@
+//! [`Cache`]: a key range kept in memory from a watch, read with a stated freshness
+//! ([`Freshness`]): linearizable reads at memory speed.
+//!
+//! A cache loads its range at one revision (paged), then applies a managed watch on a stream
+//! of its own from the next revision (`task.rs`). A read that must be fresh waits until the
+//! cache holds every event up to a revision a quorum read made after the read began; one such
+//! quorum read serves every reader waiting at that moment (`fresh.rs`). The store and its
+//! freshness rule are pure (`store.rs`).
+
+mod fresh;
+mod options;
+mod store;
+mod task;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+pub use options::{CacheOptions, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
+use store::Proof;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::kv::Kv;
+use crate::proto::mvccpb::KeyValue;
+
+/// How fresh a [`Cache`] read must be.
+///
+/// ```
+/// use etcd_ha::Freshness;
+/// let token = 42; // a revision another process wrote at
+/// let f = Freshness::AtLeast(token);
+/// assert_ne!(f, Freshness::Consistent);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Freshness {
+    /// Linearizable: the read sees every write that completed before it began (anywhere in
+    /// the cluster). The cache answers once it has caught up to the revision of a quorum read
+    /// made after the call began, shared with every reader waiting then.
+    Consistent,
+    /// The read reflects at least this revision: read-your-writes across processes, with the
+    /// revision of a write's answer as the token. A revision the cluster has not reached
+    /// yet waits until it does (or the read's deadline).
+    AtLeast(i64),
+    /// Whatever the cache holds now, at once, with its revision.
+    Cached,
+}
+
+/// The answer to a [`Cache`] read: the value and the revision it reflects (every event of
+/// the cache's range up to `revision` is in it).
+///
+/// ```no_run
+/// # async fn demo(cache: etcd_ha::Cache) -> etcd_ha::Result<()> {
+/// let read = cache.get("config/mode", etcd_ha::Freshness::Consistent).await?;
+/// println!("at {}: {:?}", read.revision, read.value.map(|kv| kv.value.clone()));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheRead<T> {
+    /// The revision the value reflects.
+    pub revision: i64,
+    /// The value read.
+    pub value: T,
+}
+
+/// What a cache has done so far.
+///
+/// ```no_run
+/// # fn demo(cache: etcd_ha::Cache) {
+/// let s = cache.stats();
+/// println!("{} quorum reads for {} rounds", s.quorum_reads, s.rounds);
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheStats {
+    /// Full loads of the range (the first, and after a watch that ended).
+    pub loads: u64,
+    /// Reloads after a compaction passed the watch's resume point.
+    pub reloads: u64,
+    /// Watch events applied.
+    pub events: u64,
+    /// Rounds of fresh reads (each shared by every reader waiting when it began).
+    pub rounds: u64,
+    /// Quorum reads those rounds made.
+    pub quorum_reads: u64,
+    /// Of them, reads of the range's count and newest revision (members whose progress
+    /// answers prove nothing).
+    pub range_proofs: u64,
+    /// Progress requests asked of the cache's stream.
+    pub progress_requests: u64,
+    /// Keys held now.
+    pub keys: usize,
+    /// Bytes held now (keys, values and a per-key overhead).
+    pub bytes: usize,
+}
+
+/// A key range of etcd kept in memory and read with a stated [`Freshness`]: consistent reads
+/// without a range over the cluster, at memory speed.
+///
+/// # What it guarantees
+///
+/// - The range is loaded at one revision, then follows a managed watch from the next one:
+///   every event is applied once, in order, through any failover. A compaction past its resume
+///   point reloads the range; a watch that ends with an error loads it again. It never
+///   serves a state the cluster did not have.
+/// - [`Freshness::Consistent`] is linearizable: a quorum read made after the call began tells
+///   a revision, and the cache answers once it holds every event up to it. When the cache is
+///   quiet, the proof comes from the server: a progress request on the cache's own stream,
+///   on members that order its answer after pending events (etcd 3.4.25+, 3.5.8+, 3.6+). On
+///   older members it comes from a second quorum read, of the range's key count and newest
+///   mod revision (etcd reads the whole range for it, but sends one key): if no key in the
+///   range changed since the cache's revision, the cache is the range.
+/// - A read that cannot be made fresh within the read timeout fails with
+///   [`Error::NotFresh`]; the cache never falls back to etcd by itself.
+/// - Memory is bounded: past [`CacheOptions::with_max_keys`] or
+///   [`CacheOptions::with_max_bytes`] the cache stops and reads fail with
+///   [`Error::CacheLimit`]. A load holds the old state until the new one is complete, so it
+///   may briefly take twice as much.
+///
+/// Dropping the cache stops its task and its watch.
+///
+/// ```no_run
+/// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+/// use etcd_ha::{Cache, CacheOptions, Freshness};
+///
+/// let routes = Cache::new(&client, "routes/", CacheOptions::new().with_prefix()).await?;
+/// let all = routes.list(Freshness::Consistent).await?;
+/// println!("{} routes at revision {}", all.value.len(), all.revision);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Cache {
+    shared: Arc<task::Shared>,
+    rounds: fresh::Rounds,
+    kv: Kv,
+    read_timeout: Duration,
+    _stop: DropGuard,
+}
+
+impl Cache {
+    /// Load the range `key` and `options` describe and follow it; returns once it is loaded
+    /// and its watch created (with the load's or the watch's error if either fails), so the
+    /// first read is served at once.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: etcd_ha::Client) -> etcd_ha::Result<()> {
+    /// let one = etcd_ha::Cache::new(&client, "leader", etcd_ha::CacheOptions::new()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn new(
+        client: &Client,
+        key: impl Into<Vec<u8>>,
+        options: CacheOptions,
+    ) -> Result<Cache> {
+        let kv = client.kv();
+        let resolved = options.resolve(key.into(), kv.request_timeout())?;
+        let shared = task::Shared::new(resolved.range, resolved.limits);
+        let cancel = CancellationToken::new();
+        let feed = task::Feed {
+            shared: shared.clone(),
+            kv: kv.clone(),
+            watch: client.watch().isolated(),
+            page_size: resolved.page_size,
+            cancel: cancel.clone(),
+        };
+        let (first, loaded) = oneshot::channel();
+        tokio::spawn(feed.run(first));
+        let cache = Cache {
+            rounds: fresh::Rounds::start(shared.clone(), kv.clone()),
+            shared,
+            kv,
+            read_timeout: resolved.read_timeout,
+            _stop: cancel.drop_guard(),
+        };
+        loaded.await.map_err(|_| Error::Shutdown)??;
+        Ok(cache)
+    }
+
+    /// The value of `key` (which must be in the cache's range), as fresh as asked.
+    ///
+    /// ```no_run
+    /// # async fn demo(cache: etcd_ha::Cache) -> etcd_ha::Result<()> {
+    /// if let Some(kv) = cache.get("routes/a", etcd_ha::Freshness::Consistent).await?.value {
+    ///     println!("{}", String::from_utf8_lossy(&kv.value));
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get(
+        &self,
+        key: impl AsRef<[u8]>,
+        freshness: Freshness,
+    ) -> Result<CacheRead<Option<Arc<KeyValue>>>> {
+        let key = key.as_ref();
+        if !self.shared.range.contains(key) {
+            return Err(Error::InvalidOptions {
+                option: "key",
+                reason: "outside the cache's range",
+            });
+        }
+        self.fresh(freshness).await?;
+        self.shared.read(|s| CacheRead {
+            revision: s.revision(),
+            value: s.get(key),
+        })
+    }
+
+    /// Every key of the cache's range, in key order, as fresh as asked.
+    ///
+    /// ```no_run
+    /// # async fn demo(cache: etcd_ha::Cache) -> etcd_ha::Result<()> {
+    /// let all = cache.list(etcd_ha::Freshness::Cached).await?;
+    /// println!("{} keys", all.value.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn list(&self, freshness: Freshness) -> Result<CacheRead<Vec<Arc<KeyValue>>>> {
+        let range = &self.shared.range;
+        self.list_range(
+            range.key.clone(),
+            range.end().map(<[u8]>::to_vec),
+            freshness,
+        )
+        .await
+    }
+
+    /// The keys of the cache's range that start with `prefix`, in key order, as fresh as
+    /// asked.
+    ///
+    /// ```no_run
+    /// # async fn demo(cache: etcd_ha::Cache) -> etcd_ha::Result<()> {
+    /// let eu = cache.list_prefix("routes/eu/", etcd_ha::Freshness::Consistent).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn list_prefix(
+        &self,
+        prefix: impl Into<Vec<u8>>,
+        freshness: Freshness,
+    ) -> Result<CacheRead<Vec<Arc<KeyValue>>>> {
+        let prefix = prefix.into();
+        let end = crate::kv::prefix_end(&prefix);
+        let end = (end != [0]).then_some(end);
+        self.list_range(prefix, end, freshness).await
+    }
+
+    async fn list_range(
+        &self,
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+        freshness: Freshness,
+    ) -> Result<CacheRead<Vec<Arc<KeyValue>>>> {
+        self.fresh(freshness).await?;
+        self.shared.read(|s| CacheRead {
+            revision: s.revision(),
+            value: s.range(&start, end.as_deref()),
+        })
+    }
+
+    /// Wait until the cache is as fresh as asked, within the read timeout.
+    async fn fresh(&self, freshness: Freshness) -> Result<()> {
+        let deadline = Instant::now() + self.read_timeout;
+        match freshness {
+            Freshness::Cached => self.shared.check(),
+            Freshness::AtLeast(revision) if self.shared.store_fresh(&Proof::Revision(revision)) => {
+                Ok(())
+            }
+            // A quorum read made now is at or past any revision already written.
+            Freshness::AtLeast(_) | Freshness::Consistent => {
+                fresh::consistent(&self.shared, &self.rounds, &self.kv, deadline).await
+            }
+        }
+    }
+
+    /// The revision the cache holds now: every event of its range up to it is applied.
+    ///
+    /// ```no_run
+    /// # fn demo(cache: etcd_ha::Cache) {
+    /// println!("at revision {}", cache.revision());
+    /// # }
+    /// ```
+    pub fn revision(&self) -> i64 {
+        self.shared.read(store::Store::revision).unwrap_or(0)
+    }
+
+    /// The URL of the member whose watch stream feeds the cache now (`None` between streams).
+    ///
+    /// ```no_run
+    /// # fn demo(cache: etcd_ha::Cache) {
+    /// println!("fed by {:?}", cache.stream_endpoint());
+    /// # }
+    /// ```
+    pub fn stream_endpoint(&self) -> Option<String> {
+        self.shared.endpoint()
+    }
+
+    /// What the cache has done so far, and what it holds.
+    ///
+    /// ```no_run
+    /// # fn demo(cache: etcd_ha::Cache) {
+    /// println!("{} keys", cache.stats().keys);
+    /// # }
+    /// ```
+    pub fn stats(&self) -> CacheStats {
+        let s = &self.shared.stats;
+        let (keys, bytes) = self.shared.read(|s| (s.len(), s.bytes())).unwrap_or((0, 0));
+        CacheStats {
+            loads: s.loads.load(Ordering::Relaxed),
+            reloads: s.reloads.load(Ordering::Relaxed),
+            events: s.events.load(Ordering::Relaxed),
+            rounds: s.rounds.load(Ordering::Relaxed),
+            quorum_reads: s.quorum_reads.load(Ordering::Relaxed),
+            range_proofs: s.range_proofs.load(Ordering::Relaxed),
+            progress_requests: s.progress_requests.load(Ordering::Relaxed),
+            keys,
+            bytes,
+        }
+    }
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("revision", &self.revision())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}

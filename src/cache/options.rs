@@ -1,0 +1,266 @@
+//! [`CacheOptions`]: the key range a [`Cache`](super::Cache) follows and the limits it keeps.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::kv::prefix_end;
+
+/// Most keys a cache holds by default.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+/// Most bytes (keys, values and a per-key overhead) a cache holds by default: 1 GiB.
+pub const DEFAULT_MAX_BYTES: usize = 1 << 30;
+/// Keys per page of the reads that load a cache.
+const DEFAULT_PAGE_SIZE: u32 = 1000;
+
+/// What a [`Cache`](super::Cache) follows and within what limits.
+///
+/// ```
+/// use std::time::Duration;
+/// let options = etcd_ha::CacheOptions::new()
+///     .with_prefix()
+///     .with_max_keys(100_000)
+///     .with_max_bytes(64 << 20)
+///     .with_read_timeout(Duration::from_secs(2));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CacheOptions {
+    prefix: bool,
+    from_key: bool,
+    range_end: Option<Vec<u8>>,
+    max_keys: Option<usize>,
+    max_bytes: Option<usize>,
+    page_size: Option<u32>,
+    read_timeout: Option<Duration>,
+}
+
+/// The key range a cache follows, in etcd's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyRange {
+    /// The first key.
+    pub(crate) key: Vec<u8>,
+    /// The end as etcd takes it (`[0]`: every key from `key`).
+    pub(crate) range_end: Vec<u8>,
+}
+
+impl KeyRange {
+    /// The exclusive end, `None` for "to the last key".
+    pub(crate) fn end(&self) -> Option<&[u8]> {
+        (self.range_end != [0]).then_some(self.range_end.as_slice())
+    }
+
+    /// Whether `key` is in the range.
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        key >= self.key.as_slice() && self.end().is_none_or(|end| key < end)
+    }
+}
+
+impl CacheOptions {
+    /// A cache of one key, with the default limits.
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new();
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Follow every key that starts with the key given to [`Cache::new`](super::Cache::new).
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_prefix();
+    /// ```
+    pub fn with_prefix(mut self) -> Self {
+        self.prefix = true;
+        self
+    }
+
+    /// Follow the keys from the key given to [`Cache::new`](super::Cache::new) up to `end`
+    /// (exclusive).
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_range("jobs/m");
+    /// ```
+    pub fn with_range(mut self, end: impl Into<Vec<u8>>) -> Self {
+        self.range_end = Some(end.into());
+        self
+    }
+
+    /// Follow every key from the key given to [`Cache::new`](super::Cache::new) on.
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_from_key();
+    /// ```
+    pub fn with_from_key(mut self) -> Self {
+        self.from_key = true;
+        self
+    }
+
+    /// Hold at most `keys` keys (default [`DEFAULT_MAX_KEYS`]); a range that grows past it
+    /// ends the cache with [`Error::CacheLimit`].
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_prefix().with_max_keys(10_000);
+    /// ```
+    pub fn with_max_keys(mut self, keys: usize) -> Self {
+        self.max_keys = Some(keys);
+        self
+    }
+
+    /// Hold at most `bytes` of keys and values, counting a small overhead per key (default
+    /// [`DEFAULT_MAX_BYTES`]); past it the cache ends with [`Error::CacheLimit`].
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_prefix().with_max_bytes(16 << 20);
+    /// ```
+    pub fn with_max_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = Some(bytes);
+        self
+    }
+
+    /// Keys per page when loading the range (default 1000).
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_prefix().with_page_size(500);
+    /// ```
+    pub fn with_page_size(mut self, keys: u32) -> Self {
+        self.page_size = Some(keys);
+        self
+    }
+
+    /// How long a read that must be fresh waits for the cache to catch up before it fails
+    /// with [`Error::NotFresh`] (default: the client's request timeout, or 5 s without one).
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_read_timeout(std::time::Duration::from_millis(500));
+    /// ```
+    pub fn with_read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = Some(timeout);
+        self
+    }
+
+    /// The options checked, for `key`.
+    pub(crate) fn resolve(
+        &self,
+        key: Vec<u8>,
+        request_timeout: Option<Duration>,
+    ) -> Result<Resolved> {
+        let ways = usize::from(self.prefix)
+            + usize::from(self.from_key)
+            + usize::from(self.range_end.is_some());
+        if ways > 1 {
+            return Err(Error::InvalidOptions {
+                option: "with_prefix",
+                reason: "a cache range is a prefix, a range or from a key: pick one",
+            });
+        }
+        let range_end = if self.prefix {
+            prefix_end(&key)
+        } else if self.from_key {
+            vec![0]
+        } else if let Some(end) = &self.range_end {
+            if end.as_slice() <= key.as_slice() && end.as_slice() != [0] {
+                return Err(Error::InvalidOptions {
+                    option: "with_range",
+                    reason: "the end must come after the key",
+                });
+            }
+            end.clone()
+        } else {
+            let mut end = key.clone();
+            end.push(0);
+            end
+        };
+        let max_keys = self.max_keys.unwrap_or(DEFAULT_MAX_KEYS);
+        let max_bytes = self.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
+        if max_keys == 0 {
+            return Err(Error::InvalidOptions {
+                option: "with_max_keys",
+                reason: "must be above 0",
+            });
+        }
+        if max_bytes == 0 {
+            return Err(Error::InvalidOptions {
+                option: "with_max_bytes",
+                reason: "must be above 0",
+            });
+        }
+        let page_size = self.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
+        if page_size == 0 {
+            return Err(Error::InvalidOptions {
+                option: "with_page_size",
+                reason: "must be above 0",
+            });
+        }
+        let read_timeout = self
+            .read_timeout
+            .or(request_timeout)
+            .unwrap_or(Duration::from_secs(5));
+        if read_timeout.is_zero() {
+            return Err(Error::InvalidOptions {
+                option: "with_read_timeout",
+                reason: "must be above 0",
+            });
+        }
+        Ok(Resolved {
+            range: KeyRange { key, range_end },
+            limits: super::store::Limits {
+                keys: max_keys,
+                bytes: max_bytes,
+            },
+            page_size,
+            read_timeout,
+        })
+    }
+}
+
+/// Options checked and filled in.
+#[derive(Clone, Debug)]
+pub(crate) struct Resolved {
+    pub(crate) range: KeyRange,
+    pub(crate) limits: super::store::Limits,
+    pub(crate) page_size: u32,
+    pub(crate) read_timeout: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_and_bad_options() {
+        let r = CacheOptions::new()
+            .with_prefix()
+            .resolve(b"a/".to_vec(), None)
+            .unwrap();
+        assert_eq!(r.range.range_end, b"a0");
+        assert!(r.range.contains(b"a/x") && !r.range.contains(b"b"));
+        assert_eq!(r.read_timeout, Duration::from_secs(5));
+        let one = CacheOptions::new()
+            .resolve(b"k".to_vec(), Some(Duration::from_secs(1)))
+            .unwrap();
+        assert!(one.range.contains(b"k") && !one.range.contains(b"k0"));
+        assert_eq!(one.read_timeout, Duration::from_secs(1));
+        let all = CacheOptions::new()
+            .with_from_key()
+            .resolve(b"m".to_vec(), None)
+            .unwrap();
+        assert_eq!(all.range.end(), None);
+        assert!(all.range.contains(b"zzz") && !all.range.contains(b"a"));
+        for bad in [
+            CacheOptions::new().with_prefix().with_from_key(),
+            CacheOptions::new().with_range("a"),
+            CacheOptions::new().with_max_keys(0),
+            CacheOptions::new().with_max_bytes(0),
+            CacheOptions::new().with_page_size(0),
+            CacheOptions::new().with_read_timeout(Duration::ZERO),
+        ] {
+            assert!(
+                matches!(
+                    bad.resolve(b"b".to_vec(), None),
+                    Err(Error::InvalidOptions { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+}
