@@ -19,9 +19,10 @@
 //! read begun before it may miss a write it must see.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -32,13 +33,18 @@ use crate::kv::{GetOptions, Kv};
 use crate::proto::etcdserverpb::RangeRequest;
 use crate::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 
-/// How long a reader waits on the store before it asks for progress again: an answer that
+/// How long a round waits on the store before it asks for progress again: an answer that
 /// came from a member behind the quorum read's revision proves too little.
 const ASK_AGAIN: Duration = Duration::from_millis(50);
 
-/// Readers waiting for the next round; each gets the round's proof, or `None` when the
-/// round's quorum read failed (it then reads alone, to get its own error).
-type Joiner = oneshot::Sender<Option<Proof>>;
+/// On members whose progress answers prove nothing, how long a round waits for events to
+/// bring the store to the quorum read's revision before it reads the range's own proof (a
+/// busy range gets there in a few milliseconds; a quiet one never does).
+const EVENT_GRACE: Duration = Duration::from_millis(20);
+
+/// A reader waiting for a round: told `true` once the store is fresh by the round's proof,
+/// `false` when the round's quorum read failed (it then reads alone, to get its own error).
+type Joiner = oneshot::Sender<bool>;
 
 /// The handle readers join rounds through.
 #[derive(Debug)]
@@ -50,37 +56,105 @@ impl Rounds {
     /// Start the round task (it ends when this handle is dropped).
     pub(super) fn start(shared: Arc<Shared>, kv: Kv) -> Rounds {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(shared, kv, rx));
+        let prover = Arc::new(Prover { shared, kv });
+        tokio::spawn(run(prover, rx));
         Rounds { tx }
     }
 
-    /// The proof of the next round to begin.
-    async fn join(&self) -> Option<Proof> {
+    /// Wait for the next round to begin and the store to be fresh by its proof: `Some(true)`
+    /// when it is, `Some(false)` when the round's quorum read failed.
+    async fn join(&self) -> Option<bool> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(tx).ok()?;
-        rx.await.ok().flatten()
+        rx.await.ok()
     }
 }
 
-async fn run(shared: Arc<Shared>, kv: Kv, mut rx: mpsc::UnboundedReceiver<Joiner>) {
-    let prover = Prover {
-        shared,
-        kv,
-        unordered: AtomicBool::new(false),
-    };
-    while let Some(first) = rx.recv().await {
-        let mut joiners = vec![first];
-        while let Ok(more) = rx.try_recv() {
-            joiners.push(more);
+/// A round whose proof is read and whose readers wait for the store.
+struct Pending {
+    proof: Proof,
+    joiners: Vec<Joiner>,
+}
+
+/// The round task: at most one quorum read in flight; the readers that arrive meanwhile are
+/// the next round's. Only this task watches the store for the waiting rounds, so a change of
+/// the store wakes one task, not every reader.
+async fn run(prover: Arc<Prover>, mut rx: mpsc::UnboundedReceiver<Joiner>) {
+    let mut changed = prover.shared.subscribe();
+    let mut queued: Vec<Joiner> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut reading: Option<(Vec<Joiner>, BoxFuture<'static, Result<Proof>>)> = None;
+    let mut ask_at = Instant::now() + ASK_AGAIN;
+    loop {
+        // Start the next round when none is reading.
+        queued.retain(|j| !j.is_closed());
+        if reading.is_none() && !queued.is_empty() {
+            prover.shared.stats.rounds.fetch_add(1, Ordering::Relaxed);
+            let p = prover.clone();
+            reading = Some((
+                std::mem::take(&mut queued),
+                Box::pin(async move { p.prove().await }),
+            ));
         }
-        joiners.retain(|j| !j.is_closed());
-        if joiners.is_empty() {
+        // Hand over the rounds that became fresh; a proof that counted on progress answers
+        // from a member that no longer gives sound ones goes to the next round.
+        let ordered = prover.shared.ordered();
+        let mut i = 0;
+        while i < pending.len() {
+            pending[i].joiners.retain(|j| !j.is_closed());
+            let round = &pending[i];
+            if round.joiners.is_empty() {
+                pending.swap_remove(i);
+            } else if prover.shared.store_fresh(&round.proof) {
+                for joiner in pending.swap_remove(i).joiners {
+                    let _ = joiner.send(true);
+                }
+            } else if matches!(round.proof, Proof::Revision(_)) && ordered == Some(false) {
+                queued.extend(pending.swap_remove(i).joiners);
+            } else {
+                i += 1;
+            }
+        }
+        if reading.is_none() && !queued.is_empty() {
             continue;
         }
-        prover.shared.stats.rounds.fetch_add(1, Ordering::Relaxed);
-        let proof = prover.prove().await.ok();
-        for joiner in joiners {
-            let _ = joiner.send(proof);
+        let read = async {
+            match reading.as_mut() {
+                Some((_, proving)) => proving.await,
+                None => std::future::pending().await,
+            }
+        };
+        let waiting = !pending.is_empty();
+        tokio::select! {
+            joiner = rx.recv() => match joiner {
+                Some(joiner) => {
+                    queued.push(joiner);
+                    while let Ok(more) = rx.try_recv() {
+                        queued.push(more);
+                    }
+                }
+                None => return,
+            },
+            proof = read => {
+                let (joiners, _) = reading.take().expect("a read was in flight");
+                match proof {
+                    Ok(proof) => pending.push(Pending { proof, joiners }),
+                    Err(_) => {
+                        for joiner in joiners {
+                            let _ = joiner.send(false);
+                        }
+                    }
+                }
+            }
+            result = changed.changed() => {
+                if result.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(ask_at), if waiting => {
+                prover.shared.nudge();
+                ask_at = Instant::now() + ASK_AGAIN;
+            }
         }
     }
 }
@@ -89,23 +163,10 @@ async fn run(shared: Arc<Shared>, kv: Kv, mut rx: mpsc::UnboundedReceiver<Joiner
 struct Prover {
     shared: Arc<Shared>,
     kv: Kv,
-    /// The stream's member said its progress answers prove nothing: go straight to the
-    /// range's own proof next time (a member of another version may say otherwise later).
-    unordered: AtomicBool,
 }
 
 impl Prover {
     async fn prove(&self) -> Result<Proof> {
-        if self.unordered.load(Ordering::Relaxed) {
-            let proof = self.unchanged().await?;
-            // Ask again when it falls short: the stream may have moved to a member that orders.
-            if !self.shared.store_fresh(&proof)
-                && self.shared.request_progress().await == Sent::Ordered
-            {
-                self.unordered.store(false, Ordering::Relaxed);
-            }
-            return Ok(proof);
-        }
         let range = &self.shared.range;
         let now = self
             .kv
@@ -116,17 +177,46 @@ impl Prover {
             .quorum_reads
             .fetch_add(1, Ordering::Relaxed);
         let proof = Proof::Revision(now.header.map_or(0, |h| h.revision));
+        self.shared.set_wanted(proof.revision());
         if self.shared.store_fresh(&proof) {
             return Ok(proof);
         }
-        match self.shared.request_progress().await {
-            Sent::Ordered => Ok(proof),
-            Sent::Unordered => {
-                self.unordered.store(true, Ordering::Relaxed);
-                self.unchanged().await
+        match self.shared.ordered() {
+            // Progress answers prove it: ask for one, without waiting for it to go out.
+            Some(true) => {
+                self.shared.nudge();
+                Ok(proof)
             }
-            // Between streams: this round proves it by the range, the next asks again.
-            Sent::Not => self.unchanged().await,
+            // They prove nothing: events may still bring the store there (a busy range),
+            // else the range's own proof.
+            Some(false) => {
+                self.shared.nudge();
+                if self.events_within(&proof, EVENT_GRACE).await {
+                    Ok(proof)
+                } else {
+                    self.unchanged().await
+                }
+            }
+            None => match self.shared.request_progress().await {
+                Sent::Ordered => Ok(proof),
+                // Not sent in time (between streams), or to a member that proves nothing.
+                Sent::Unordered | Sent::Not => self.unchanged().await,
+            },
+        }
+    }
+
+    /// Whether the store becomes fresh by `proof` within `grace`.
+    async fn events_within(&self, proof: &Proof, grace: Duration) -> bool {
+        let mut changed = self.shared.subscribe();
+        let until = Instant::now() + grace;
+        loop {
+            if self.shared.store_fresh(proof) {
+                return true;
+            }
+            match tokio::time::timeout_at(until, changed.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return self.shared.store_fresh(proof),
+            }
         }
     }
 
@@ -167,27 +257,27 @@ pub(super) async fn consistent(
     kv: &Kv,
     deadline: Instant,
 ) -> Result<()> {
-    let proof = match tokio::time::timeout_at(deadline, rounds.join()).await {
-        Err(_) => return Err(shared.not_fresh(0)),
-        Ok(Some(proof)) => proof,
+    match tokio::time::timeout_at(deadline, rounds.join()).await {
+        Err(_) => Err(shared.not_fresh(shared.wanted())),
+        Ok(Some(true)) => shared.check(),
+        Ok(None) => Err(Error::Shutdown),
         // The round's read failed: read alone, to have its own error (or a proof).
-        Ok(None) => {
+        Ok(Some(false)) => {
             let alone = Prover {
                 shared: shared.clone(),
                 kv: kv.clone(),
-                unordered: AtomicBool::new(false),
             };
-            match tokio::time::timeout_at(deadline, alone.prove()).await {
+            let proof = match tokio::time::timeout_at(deadline, alone.prove()).await {
                 Err(_) => return Err(shared.not_fresh(0)),
                 Ok(proof) => proof?,
-            }
+            };
+            wait(shared, &proof, deadline).await
         }
-    };
-    wait(shared, &proof, deadline).await
+    }
 }
 
 /// Wait until the store is fresh by `proof`, asking for progress while it is not.
-pub(super) async fn wait(shared: &Arc<Shared>, proof: &Proof, deadline: Instant) -> Result<()> {
+async fn wait(shared: &Arc<Shared>, proof: &Proof, deadline: Instant) -> Result<()> {
     let mut changed = shared.subscribe();
     loop {
         shared.check()?;

@@ -11,7 +11,7 @@
 //!   a limit hit anywhere: the cache is broken, every read fails with Error::CacheLimit
 //! ```
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -76,6 +76,11 @@ pub(super) struct Shared {
     hub: Mutex<Option<Hub>>,
     /// A nudge (a progress request not waited for) is on its way.
     nudging: AtomicBool,
+    /// What the stream's member said of its progress answers at the last request: 0 not
+    /// known, 1 they prove progress, 2 they do not.
+    ordered: AtomicU8,
+    /// The revision the newest round needs (for [`Error::NotFresh`]).
+    wanted: AtomicI64,
     pub(super) stats: Stats,
 }
 
@@ -92,6 +97,8 @@ impl Shared {
             changed: watch::Sender::new(()),
             hub: Mutex::new(None),
             nudging: AtomicBool::new(false),
+            ordered: AtomicU8::new(0),
+            wanted: AtomicI64::new(0),
             stats: Stats::default(),
         })
     }
@@ -140,12 +147,37 @@ impl Shared {
         let hub = self.hub.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let Some(hub) = hub else { return Sent::Not };
         self.stats.progress_requests.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(SEND_PROGRESS_LIMIT, hub.request_progress()).await {
+        let sent = match tokio::time::timeout(SEND_PROGRESS_LIMIT, hub.request_progress()).await {
             Ok(Ok(Some(true))) => Sent::Ordered,
             Ok(Ok(Some(false))) => Sent::Unordered,
             // Sent, but the member's version is not known yet: as good as not sent.
             Ok(Ok(None) | Err(_)) | Err(_) => Sent::Not,
+        };
+        match sent {
+            Sent::Ordered => self.ordered.store(1, Ordering::Relaxed),
+            Sent::Unordered => self.ordered.store(2, Ordering::Relaxed),
+            Sent::Not => {}
         }
+        self.changed.send_replace(());
+        sent
+    }
+
+    /// Whether the stream's member orders progress answers, as its last request told
+    /// (`None`: not known yet).
+    pub(super) fn ordered(&self) -> Option<bool> {
+        match self.ordered.load(Ordering::Relaxed) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+
+    pub(super) fn set_wanted(&self, revision: i64) {
+        self.wanted.fetch_max(revision, Ordering::Relaxed);
+    }
+
+    pub(super) fn wanted(&self) -> i64 {
+        self.wanted.load(Ordering::Relaxed)
     }
 
     /// The member whose stream feeds the cache now.
