@@ -47,6 +47,17 @@ async fn cached(cache: &Cache) -> (Snapshot, i64) {
     (kvs, read.revision)
 }
 
+/// Put `value` at `{prefix}{i}` for every `i` in `keys`.
+async fn fill(client: &Client, prefix: &str, keys: std::ops::Range<usize>, value: &str) {
+    for i in keys {
+        client
+            .kv()
+            .put(format!("{prefix}{i}"), value, PutOptions::new())
+            .await
+            .unwrap();
+    }
+}
+
 /// `op` until it does not fail with a lost answer (for idempotent steps through a fault).
 async fn again<T, F: std::future::Future<Output = etcd_ha::Result<T>>>(
     mut op: impl FnMut() -> F,
@@ -226,13 +237,7 @@ async fn limits_and_bad_input_are_typed_errors() {
     let cluster = support::cluster3().await;
     let client = support::client(&cluster).await;
     let prefix = format!("{}/", support::unique("cache-limit"));
-    for i in 0..5 {
-        client
-            .kv()
-            .put(format!("{prefix}{i}"), "v", PutOptions::new())
-            .await
-            .unwrap();
-    }
+    fill(&client, &prefix, 0..5, "v").await;
     let too_small = Cache::new(
         &client,
         prefix.clone(),
@@ -269,13 +274,7 @@ async fn limits_and_bad_input_are_typed_errors() {
         matches!(outside, Err(Error::InvalidOptions { .. })),
         "{outside:?}"
     );
-    for i in 5..10 {
-        client
-            .kv()
-            .put(format!("{prefix}{i}"), "v", PutOptions::new())
-            .await
-            .unwrap();
-    }
+    fill(&client, &prefix, 5..10, "v").await;
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         match cache.list(Freshness::Cached).await {
@@ -299,13 +298,7 @@ async fn a_compaction_past_the_resume_point_reloads_the_range() {
     let cluster = support::cluster3().await;
     let client = support::client(&cluster).await;
     let prefix = format!("{}/", support::unique("cache-compact"));
-    for i in 0..20 {
-        client
-            .kv()
-            .put(format!("{prefix}{i}"), "old", PutOptions::new())
-            .await
-            .unwrap();
-    }
+    fill(&client, &prefix, 0..20, "old").await;
     // The cache's client knows the followers only: its stream's member can be frozen without
     // holding up the writes, which all end (compaction included) before the stream is found
     // silent (3 s) and reopened elsewhere, from a revision that is gone by then.

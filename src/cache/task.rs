@@ -225,31 +225,21 @@ impl Feed {
         let mut backoff = BACKOFF.0;
         loop {
             let loaded = self.load().await;
-            let store = match loaded {
-                Ok(store) => store,
-                Err(error) => {
-                    if let Some(first) = first.take() {
-                        let _ = first.send(Err(error));
-                        return;
+            let error = match loaded {
+                Ok(store) => {
+                    let revision = store.revision();
+                    self.shared.update(|s| s.store = store);
+                    match self.follow(revision, &mut first).await {
+                        Ok(()) => {
+                            backoff = BACKOFF.0;
+                            continue;
+                        }
+                        Err(error) => error,
                     }
-                    if self.ends_with(&error) {
-                        return;
-                    }
-                    tracing::warn!(%error, "cache load failed; loading again");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF.1);
-                    continue;
-                }
-            };
-            let revision = store.revision();
-            self.shared.update(|s| s.store = store);
-            let error = match self.follow(revision, &mut first).await {
-                Ok(()) => {
-                    backoff = BACKOFF.0;
-                    continue;
                 }
                 Err(error) => error,
             };
+            // The first load or watch failed: the cache is not made, with this error.
             if let Some(first) = first.take() {
                 let _ = first.send(Err(error));
                 return;
@@ -257,7 +247,7 @@ impl Feed {
             if self.ends_with(&error) {
                 return;
             }
-            tracing::warn!(%error, "cache watch ended; loading the range again");
+            tracing::warn!(%error, "cache load or watch ended; loading the range again");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(BACKOFF.1);
         }
