@@ -58,6 +58,15 @@ async fn fill(client: &Client, prefix: &str, keys: std::ops::Range<usize>, value
     }
 }
 
+/// The URL and index of the member whose stream feeds `cache`.
+fn stream_member(cluster: &Cluster, cache: &Cache) -> (String, usize) {
+    let url = cache.stream_endpoint().expect("a stream feeds the cache");
+    let member = (0..cluster.len())
+        .find(|&i| cluster.endpoint(i) == url)
+        .unwrap_or_else(|| panic!("{url} is not in {:?}", cluster.endpoints()));
+    (url, member)
+}
+
 /// `op` until it does not fail with a lost answer (for idempotent steps through a fault).
 async fn again<T, F: std::future::Future<Output = etcd_ha::Result<T>>>(
     mut op: impl FnMut() -> F,
@@ -312,10 +321,7 @@ async fn a_compaction_past_the_resume_point_reloads_the_range() {
     let cache = Cache::new(&reader, prefix.clone(), CacheOptions::new().with_prefix())
         .await
         .unwrap();
-    let url = cache.stream_endpoint().expect("a stream feeds the cache");
-    let member = (0..cluster.len())
-        .find(|&i| cluster.endpoint(i) == url)
-        .expect("a member");
+    let (url, member) = stream_member(&cluster, &cache);
     assert_ne!(member, leader);
     cluster.stop(member);
     // Idempotent steps, sent again when an attempt was lost with the frozen member (a write
@@ -360,10 +366,7 @@ async fn the_cache_follows_its_range_through_a_kill_of_its_stream_member() {
     let cache = Cache::new(&reader, prefix.clone(), CacheOptions::new().with_prefix())
         .await
         .unwrap();
-    let url = cache.stream_endpoint().expect("a stream feeds the cache");
-    let member = (0..cluster.len())
-        .find(|&i| cluster.endpoint(i) == url)
-        .expect("a member");
+    let (url, member) = stream_member(&cluster, &cache);
     let mut written = 0;
     let mut checked = 0;
     let started = Instant::now();
