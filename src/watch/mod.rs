@@ -86,7 +86,7 @@ impl Watch {
     ///
     /// Returns once the server created the watch, so a write made after this returns is seen
     /// (a watch from "now" is pinned to the revision it was created at); gives up with
-    /// [`Error::Timeout`] after the client's request timeout.
+    /// [`Error::Timeout`](crate::Error::Timeout) after the client's request timeout.
     ///
     /// "Now" is the serving member's current revision when the watch is created, and never
     /// earlier than what this client has already seen: a watch without a start revision
