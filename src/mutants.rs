@@ -18,11 +18,14 @@
 //!   however old, and replays what was written since (the defect of issue 18).
 //! - `cancel-txns`: cancel a txn in flight when its caller gives up, even on a member that
 //!   crashes for it (etcd 3.5.0-3.5.4, issue 14110; see `endpoint/version.rs`).
+//! - `cache-skip-fresh`: a [`Cache`](crate::Cache) serves `Consistent` and `AtLeast` reads from
+//!   whatever it holds, without waiting to be fresh (the bug a cache without a freshness
+//!   round has: a read misses writes that completed before it began).
 
 use std::sync::OnceLock;
 
 /// Every mutant this build knows, by the name `ETCD_HA_MUTANT` gives it.
-const KNOWN: [&str; 7] = [
+const KNOWN: [&str; 8] = [
     "resend-ambiguous",
     "resend-deletes",
     "resume-at-last",
@@ -30,6 +33,7 @@ const KNOWN: [&str; 7] = [
     "lease-no-local-expiry",
     "from-now-stale",
     "cancel-txns",
+    "cache-skip-fresh",
 ];
 
 /// The mutant named by `ETCD_HA_MUTANT`, read once; a name no mutant has is a mistake in the
@@ -83,4 +87,9 @@ pub(crate) fn from_now_stale() -> bool {
 /// Whether the `cancel-txns` bug is on.
 pub(crate) fn cancel_txns() -> bool {
     is("cancel-txns")
+}
+
+/// Whether the `cache-skip-fresh` bug is on.
+pub(crate) fn cache_skip_fresh() -> bool {
+    is("cache-skip-fresh")
 }

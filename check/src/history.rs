@@ -120,6 +120,16 @@ pub enum Request {
         /// The index into `History::holds` of the hold it was made under.
         hold: usize,
     },
+    /// Read one key through a watch-fed `Cache` (answered from the cache's memory, not by a
+    /// member).
+    CacheGet {
+        /// The key read.
+        key: String,
+        /// `None`: a `Consistent` read (linearizable, judged as a linearizable get);
+        /// `Some(token)`: an `AtLeast(token)` read, whose revision must be at least `token`
+        /// and whose value the truth's at that revision.
+        at_least: Option<i64>,
+    },
 }
 
 impl Request {
@@ -129,6 +139,7 @@ impl Request {
             Request::Put { key, .. }
             | Request::Delete { key }
             | Request::Get { key, .. }
+            | Request::CacheGet { key, .. }
             | Request::Cas { key, .. }
             | Request::FencedPut { key, .. } => key,
         }
@@ -140,13 +151,25 @@ impl Request {
             Request::Put { value, .. }
             | Request::Cas { value, .. }
             | Request::FencedPut { value, .. } => Some(value),
-            Request::Delete { .. } | Request::Get { .. } => None,
+            Request::Delete { .. } | Request::Get { .. } | Request::CacheGet { .. } => None,
         }
+    }
+
+    /// Whether it is a linearizable read: a linearizable get, or a `Consistent` read of a
+    /// cache.
+    pub fn is_linearizable_read(&self) -> bool {
+        matches!(
+            self,
+            Request::Get {
+                serializable: false,
+                ..
+            } | Request::CacheGet { at_least: None, .. }
+        )
     }
 
     /// Whether it may change the keyspace.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Request::Get { .. })
+        !matches!(self, Request::Get { .. } | Request::CacheGet { .. })
     }
 }
 

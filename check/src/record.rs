@@ -263,6 +263,7 @@ pub async fn send(client: &Client, request: &Request) -> etcd_ha::Result<Respons
             })
         }
         Request::FencedPut { .. } => panic!("a fenced put is made by its holder, not sent"),
+        Request::CacheGet { .. } => panic!("a cache read is made through its cache, not sent"),
     }
 }
 

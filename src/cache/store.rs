@@ -169,6 +169,18 @@ impl Store {
         }
     }
 
+    /// Whether the store is fresh by `proof`; if it is, it holds the range as of the proof's
+    /// revision too (nothing in the range changed up to it), so its revision moves up to
+    /// that: a reader told the store's revision then never sees one below the quorum read's,
+    /// which other keys' answers may already have returned.
+    pub(crate) fn prove(&mut self, proof: &Proof) -> bool {
+        let fresh = self.is_fresh(proof);
+        if fresh {
+            self.advance(proof.revision());
+        }
+        fresh
+    }
+
     /// The value of `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Option<Arc<KeyValue>> {
         self.kvs.get(key).cloned()
@@ -299,5 +311,27 @@ mod tests {
         };
         assert!(!s.is_fresh(&deleted));
         assert_eq!(deleted.revision(), 20);
+    }
+
+    #[test]
+    fn a_store_proven_fresh_takes_the_proofs_revision() {
+        let mut s = Store::loaded(ROOMY, vec![kv("a", "1", 2), kv("b", "2", 4)], 10).unwrap();
+        let written = Proof::Unchanged {
+            revision: 20,
+            count: 2,
+            newest: 15,
+        };
+        assert!(!s.prove(&written));
+        assert_eq!(s.revision(), 10, "not proven: unchanged");
+        let unchanged = Proof::Unchanged {
+            revision: 20,
+            count: 2,
+            newest: 4,
+        };
+        assert!(s.prove(&unchanged));
+        assert_eq!(s.revision(), 20);
+        // An older proof never moves it back.
+        assert!(s.prove(&Proof::Revision(12)));
+        assert_eq!(s.revision(), 20);
     }
 }

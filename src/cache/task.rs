@@ -126,8 +126,16 @@ impl Shared {
         self.read(|_| ())
     }
 
+    /// Whether the store is fresh by `proof`, its revision moved up to the proof's when it
+    /// is (see [`Store::prove`]).
     pub(super) fn store_fresh(&self, proof: &Proof) -> bool {
-        self.read(|s| s.is_fresh(proof)).unwrap_or(false)
+        match self.read(|s| (s.is_fresh(proof), s.revision())) {
+            Ok((true, revision)) if revision < proof.revision() => {
+                self.update(|s| s.store.prove(proof))
+            }
+            Ok((fresh, _)) => fresh,
+            Err(_) => false,
+        }
     }
 
     pub(super) fn not_fresh(&self, wanted: i64) -> Error {

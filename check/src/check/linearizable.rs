@@ -182,10 +182,16 @@ fn partition<'h>(
             (
                 Request::Get {
                     serializable: true, ..
+                }
+                | Request::CacheGet {
+                    at_least: Some(_), ..
                 },
                 _,
             ) => {}
-            (Request::Get { .. }, Outcome::Ok(Response::Get { value, .. })) => {
+            (
+                Request::Get { .. } | Request::CacheGet { .. },
+                Outcome::Ok(Response::Get { value, .. }),
+            ) => {
                 p.push(
                     src,
                     call,

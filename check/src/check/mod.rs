@@ -8,7 +8,8 @@
 //! * `truth.rs`: writes against the truth (lost, duplicated, failed-but-applied, real time).
 //! * `wgl.rs` + `linearizable.rs`: per-key linearizability (Wing & Gong / Lowe).
 //! * `stale.rs`: linearizable reads against the global revision order.
-//! * `reads.rs`: serializable reads against the truth at their revision.
+//! * `reads.rs`: serializable reads and a cache's `AtLeast` reads against the truth at their
+//!   revision (and the token).
 //! * `monotonic.rs`: no client reads below a revision it has already returned.
 //! * `watch.rs`: etcd's watch guarantees on each user-visible stream.
 //! * `watch_life.rs`: how each watch began and ended (from now, compacted truly, no other
@@ -18,7 +19,8 @@
 //! * `orphans.rs`: campaigns and locks given up in flight leave no key behind.
 //! * `show.rs`: one-line renderings for the report.
 //! * tests only: `sim.rs` (a tiny etcd that records consistent histories), `fixture.rs`
-//!   (a valid history), `selftest.rs` and `selftest_promises.rs` (planted bugs), `speed.rs`
+//!   (a valid history), `selftest.rs`, `selftest_promises.rs` and `selftest_cache.rs`
+//!   (planted bugs), `speed.rs`
 //!   (the search on a realistic history).
 
 mod keyspace;
@@ -41,6 +43,8 @@ mod wgl;
 mod fixture;
 #[cfg(test)]
 mod selftest;
+#[cfg(test)]
+mod selftest_cache;
 #[cfg(test)]
 mod selftest_promises;
 #[cfg(test)]

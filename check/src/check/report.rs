@@ -36,6 +36,9 @@ pub enum Property {
     ReadValue,
     /// A serializable read's value is not the truth's at the revision it reports.
     SerializableRead,
+    /// A cache read `AtLeast(token)` reported a revision below its token, or a value that is
+    /// not the truth's at the revision it reports.
+    CacheAtLeast,
     /// A read of one client reported a revision below one an earlier operation of the same
     /// client had already returned (the client's monotonic guard let an older member answer).
     MonotonicRead,

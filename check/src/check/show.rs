@@ -47,6 +47,10 @@ pub fn request(r: &Request) -> String {
         Request::FencedPut { key, value, hold } => {
             format!("fenced put {key}={value} as hold {hold}")
         }
+        Request::CacheGet { key, at_least } => match at_least {
+            Some(token) => format!("cache get {key} (at least {token})"),
+            None => format!("cache get {key} (consistent)"),
+        },
     }
 }
 

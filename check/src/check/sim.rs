@@ -176,11 +176,11 @@ impl Sim {
         }
     }
 
-    fn apply(&mut self, plan: Plan) {
+    fn apply(&mut self, mut plan: Plan) {
         let applies = matches!(plan.fate, Fate::Ok | Fate::UnknownApplied);
         let at = plan.at;
         let current = |sim: &Sim, key: &str| sim.live.get(key).map(|l| l.value.clone());
-        let response = match &plan.request {
+        let response = match &mut plan.request {
             Request::Put { key, value, lease } => {
                 let revision = if applies {
                     self.put(at, key, value, lease.unwrap_or(0))
@@ -214,6 +214,20 @@ impl Sim {
                 let revision = (self.revision() - lag)
                     .max(self.h.start_revision)
                     .max(floor);
+                let (value, mod_revision) = self.read_at(key, revision);
+                Response::Get {
+                    revision,
+                    value,
+                    mod_revision,
+                }
+            }
+            // A cache answers at the newest revision; an `AtLeast` read's token is a revision
+            // already reached (the one it is answered at, the tightest valid token).
+            Request::CacheGet { key, at_least } => {
+                let revision = self.revision().max(self.h.start_revision);
+                if at_least.is_some() {
+                    *at_least = Some(revision);
+                }
                 let (value, mod_revision) = self.read_at(key, revision);
                 Response::Get {
                     revision,
@@ -343,9 +357,17 @@ pub fn workload(shape: Shape, prefix: &str) -> Vec<(Nanos, Action)> {
                     }
                 }
                 45..50 => Request::Delete { key },
-                50..88 => Request::Get {
+                50..80 => Request::Get {
                     key,
                     serializable: false,
+                },
+                80..85 => Request::CacheGet {
+                    key,
+                    at_least: None,
+                },
+                85..88 => Request::CacheGet {
+                    key,
+                    at_least: Some(0),
                 },
                 _ => Request::Get {
                     key,

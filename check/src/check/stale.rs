@@ -1,6 +1,7 @@
 //! Linearizable reads against the global revision order, which the per-key search cannot see:
 //! a read's revision is at least that of every operation that completed before it was invoked
-//! (a read stale across keys), and its value is the truth's at that revision.
+//! (a read stale across keys), and its value is the truth's at that revision. A cache's
+//! `Consistent` read is judged as a linearizable get.
 
 use super::keyspace::Keyspace;
 use super::report::{Property, Report};
@@ -10,6 +11,8 @@ use crate::history::{History, Op, Outcome, Request, Response};
 pub fn check(history: &History, truth: &Keyspace, report: &mut Report) {
     // Every acknowledged linearizable operation bounds later reads, reads included: etcd
     // serves a linearizable read only once its member applied everything committed before.
+    // A cache read counts too, of either freshness: a cache holds only states the cluster
+    // committed, so its revision was committed by the time it answered.
     let mut done: Vec<(&Op, i64)> = history
         .ops
         .iter()
@@ -35,12 +38,13 @@ pub fn check(history: &History, truth: &Keyspace, report: &mut Report) {
             _ => highest.push((op, rev)),
         }
     }
-    for op in &history.ops {
+    for op in history
+        .ops
+        .iter()
+        .filter(|op| op.request.is_linearizable_read())
+    {
         let (
-            Request::Get {
-                key,
-                serializable: false,
-            },
+            Request::Get { key, .. } | Request::CacheGet { key, .. },
             Outcome::Ok(Response::Get {
                 revision,
                 value,

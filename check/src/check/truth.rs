@@ -47,6 +47,10 @@ fn kind(op: &Op) -> String {
         } => "serializable get",
         Request::Cas { .. } => "cas",
         Request::FencedPut { .. } => "fenced put",
+        Request::CacheGet { at_least: None, .. } => "cache get",
+        Request::CacheGet {
+            at_least: Some(_), ..
+        } => "cache get at least",
     };
     let outcome = match &op.outcome {
         Outcome::Ok(_) => "ok",

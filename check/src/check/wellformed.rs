@@ -77,6 +77,7 @@ fn kind_matches(request: &Request, response: &Response) -> bool {
         (Request::Put { .. }, Response::Put { .. })
             | (Request::Delete { .. }, Response::Delete { .. })
             | (Request::Get { .. }, Response::Get { .. })
+            | (Request::CacheGet { .. }, Response::Get { .. })
             | (Request::Cas { .. }, Response::Cas { .. })
             | (Request::FencedPut { .. }, Response::Fenced { .. })
     )

@@ -1,7 +1,8 @@
 //! The mixed workload of one seed: KV processes, managed watches (bookmarked, quiet and "from
-//! now"), kept leases and election, mutex and leadership contenders, spread over the run's
-//! clients, and a slow writer under the quiet watches' prefix.
+//! now"), kept leases, election, mutex and leadership contenders and readers of a watch-fed
+//! cache, spread over the run's clients, and a slow writer under the quiet watches' prefix.
 
+pub mod cache;
 pub mod hold;
 pub mod kv;
 pub mod lease;
@@ -93,6 +94,7 @@ pub fn start(ctx: &Ctx, clients: &[Client], idle: &Client) -> JoinSet<()> {
             tasks.spawn(watch::watcher(ctx.clone(), client.clone(), c, kind));
         }
         tasks.spawn(lease::keeper(ctx.clone(), client.clone(), c));
+        tasks.spawn(cache::cache(ctx.clone(), client.clone(), c));
         for kind in hold::KINDS {
             tasks.spawn(hold::contender(ctx.clone(), client.clone(), c, kind));
         }
