@@ -217,10 +217,11 @@ pub mod testkit;
 
 pub use auth::{Auth, PermissionType};
 pub use balance::{Candidate, LeaderFirst, PickPolicy};
-#[doc(hidden)]
 pub use cache::{
-    Cache, CacheOptions, CacheRead, CacheStats, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, Freshness,
+    Cache, CacheOptions, CacheRead, CacheStats, CacheWatchOptions, CacheWatchStream,
+    DEFAULT_HISTORY, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, Freshness, PROGRESS_EVERY,
 };
+#[doc(hidden)]
 pub use call::stats::CallStats;
 pub use channel::BalancedChannel;
 pub use client::Client;

@@ -5,12 +5,15 @@
 //! of its own from the next revision (`task.rs`). A read that must be fresh waits until the
 //! cache holds every event up to a revision a quorum read made after the read began; one such
 //! quorum read serves every reader waiting at that moment (`fresh.rs`). The store and its
-//! freshness rule are pure (`store.rs`).
+//! freshness rule are pure (`store.rs`). Local watches (`watch.rs`) read the recent events
+//! the task keeps in a bounded ring beside the store (`history.rs`).
 
 mod fresh;
+mod history;
 mod options;
 mod store;
 mod task;
+mod watch;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,8 +23,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-pub use options::{CacheOptions, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
+pub use options::{CacheOptions, DEFAULT_HISTORY, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
 use store::Proof;
+pub use watch::{CacheWatchOptions, CacheWatchStream, PROGRESS_EVERY};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
@@ -99,6 +103,8 @@ pub struct CacheStats {
     pub keys: usize,
     /// Bytes held now (keys, values and a per-key overhead).
     pub bytes: usize,
+    /// Events held now in the history local watches read.
+    pub history: usize,
 }
 
 /// A key range of etcd kept in memory and read with a stated [`Freshness`]: consistent reads
@@ -141,6 +147,8 @@ pub struct Cache {
     rounds: fresh::Rounds,
     kv: Kv,
     read_timeout: Duration,
+    /// Cancelled when the cache is dropped: its task and its local watches end.
+    cancel: CancellationToken,
     _stop: DropGuard,
 }
 
@@ -162,7 +170,7 @@ impl Cache {
     ) -> Result<Cache> {
         let kv = client.kv();
         let resolved = options.resolve(key.into(), kv.request_timeout())?;
-        let shared = task::Shared::new(resolved.range, resolved.limits);
+        let shared = task::Shared::new(resolved.range, resolved.limits, resolved.history);
         let cancel = CancellationToken::new();
         let feed = task::Feed {
             shared: shared.clone(),
@@ -178,6 +186,7 @@ impl Cache {
             shared,
             kv,
             read_timeout: resolved.read_timeout,
+            cancel: cancel.clone(),
             _stop: cancel.drop_guard(),
         };
         loaded.await.map_err(|_| Error::Shutdown)??;
@@ -265,6 +274,46 @@ impl Cache {
         })
     }
 
+    /// A local watch of `key` (and the keys `options` add, inside the cache's range), served
+    /// from the cache's history: no watch of its own on the server, however many there are.
+    /// From now (the default) it begins after a consistent read of the cache (so it fails
+    /// with [`Error::NotFresh`] when the cache cannot be made fresh in time); from a start
+    /// revision it replays what the history still holds.
+    ///
+    /// ```no_run
+    /// # async fn demo(cache: etcd_ha::Cache) -> etcd_ha::Result<()> {
+    /// use etcd_ha::CacheWatchOptions;
+    ///
+    /// let options = CacheWatchOptions::new().with_prefix().with_prev_kv().with_reload_on_lag();
+    /// let mut routes = cache.watch("routes/eu/", options).await?;
+    /// while let Some(batch) = routes.next_batch().await {
+    ///     println!("{:?}", batch?);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn watch(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: CacheWatchOptions,
+    ) -> Result<CacheWatchStream> {
+        let range = options.resolve(key.into(), &self.shared.range)?;
+        let revision = match options.start_revision() {
+            0 => {
+                self.fresh(Freshness::Consistent).await?;
+                self.revision()
+            }
+            start => start - 1,
+        };
+        Ok(CacheWatchStream::new(
+            self.shared.clone(),
+            self.cancel.clone(),
+            range,
+            options,
+            revision,
+        ))
+    }
+
     /// Wait until the cache is as fresh as asked, within the read timeout.
     async fn fresh(&self, freshness: Freshness) -> Result<()> {
         let deadline = Instant::now() + self.read_timeout;
@@ -316,7 +365,10 @@ impl Cache {
     /// ```
     pub fn stats(&self) -> CacheStats {
         let s = &self.shared.stats;
-        let (keys, bytes) = self.shared.read(|s| (s.len(), s.bytes())).unwrap_or((0, 0));
+        let (keys, bytes, history) = self
+            .shared
+            .read_with_history(|s, h| (s.len(), s.bytes(), h.len()))
+            .unwrap_or((0, 0, 0));
         CacheStats {
             loads: s.loads.load(Ordering::Relaxed),
             reloads: s.reloads.load(Ordering::Relaxed),
@@ -327,6 +379,7 @@ impl Cache {
             progress_requests: s.progress_requests.load(Ordering::Relaxed),
             keys,
             bytes,
+            history,
         }
     }
 }

@@ -12,6 +12,10 @@ pub const DEFAULT_MAX_BYTES: usize = 1 << 30;
 /// Keys per page of the reads that load a cache.
 const DEFAULT_PAGE_SIZE: u32 = 1000;
 
+/// Events a cache keeps for its local watches unless [`CacheOptions::with_history`] says
+/// otherwise.
+pub const DEFAULT_HISTORY: usize = 10_000;
+
 /// What a [`Cache`](super::Cache) follows and within what limits.
 ///
 /// ```
@@ -31,6 +35,7 @@ pub struct CacheOptions {
     max_bytes: Option<usize>,
     page_size: Option<u32>,
     read_timeout: Option<Duration>,
+    history: Option<usize>,
 }
 
 /// The key range a cache follows, in etcd's terms.
@@ -127,6 +132,22 @@ impl CacheOptions {
         self
     }
 
+    /// The most events the cache keeps for its local watches ([`Cache::watch`]; default
+    /// [`DEFAULT_HISTORY`]), with their previous values: a local watch that falls further
+    /// behind is reloaded or told ([`CacheWatchOptions::with_reload_on_lag`]). Outside the
+    /// byte limit. Must be above 0.
+    ///
+    /// [`Cache::watch`]: super::Cache::watch
+    /// [`CacheWatchOptions::with_reload_on_lag`]: super::CacheWatchOptions::with_reload_on_lag
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_prefix().with_history(100_000);
+    /// ```
+    pub fn with_history(mut self, events: usize) -> Self {
+        self.history = Some(events);
+        self
+    }
+
     /// How long a read that must be fresh waits for the cache to catch up before it fails
     /// with [`Error::NotFresh`] (default: the client's request timeout, or 5 s without one).
     ///
@@ -201,7 +222,15 @@ impl CacheOptions {
                 reason: "must be above 0",
             });
         }
+        let history = self.history.unwrap_or(DEFAULT_HISTORY);
+        if history == 0 {
+            return Err(Error::InvalidOptions {
+                option: "with_history",
+                reason: "must be above 0",
+            });
+        }
         Ok(Resolved {
+            history,
             range: KeyRange { key, range_end },
             limits: super::store::Limits {
                 keys: max_keys,
@@ -220,6 +249,8 @@ pub(crate) struct Resolved {
     pub(crate) limits: super::store::Limits,
     pub(crate) page_size: u32,
     pub(crate) read_timeout: Duration,
+    /// Events kept for local watches.
+    pub(crate) history: usize,
 }
 
 #[cfg(test)]
@@ -253,6 +284,7 @@ mod tests {
             CacheOptions::new().with_max_bytes(0),
             CacheOptions::new().with_page_size(0),
             CacheOptions::new().with_read_timeout(Duration::ZERO),
+            CacheOptions::new().with_history(0),
         ] {
             assert!(
                 matches!(

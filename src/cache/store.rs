@@ -113,21 +113,30 @@ impl Store {
         self.bytes
     }
 
-    /// Apply one batch of events (whole revisions, oldest first) up to `revision`. On a limit
-    /// the store is left part-way and must not serve again.
-    pub(crate) fn apply(&mut self, events: Vec<Event>, revision: i64) -> Result<()> {
-        for event in events {
-            let Some(kv) = event.kv else { continue };
-            if event.r#type == EventType::Delete as i32 {
-                if let Some(old) = self.kvs.remove(&kv.key) {
-                    self.bytes -= cost(&old);
+    /// Apply one batch of events (whole revisions, oldest first) up to `revision`; the events
+    /// come back with the previous values the store held (`prev_kv`: exact, since the store
+    /// holds the whole range), for the history. On a limit the store is left part-way and
+    /// must not serve again.
+    pub(crate) fn apply(&mut self, events: Vec<Event>, revision: i64) -> Result<Vec<Event>> {
+        let mut applied = Vec::with_capacity(events.len());
+        for mut event in events {
+            let Some(kv) = &event.kv else { continue };
+            let before = if event.r#type == EventType::Delete as i32 {
+                let old = self.kvs.remove(&kv.key);
+                if let Some(old) = &old {
+                    self.bytes -= cost(old);
                 }
+                old
             } else {
-                self.insert(kv)?;
-            }
+                let old = self.kvs.get(&kv.key).cloned();
+                self.insert(kv.clone())?;
+                old
+            };
+            event.prev_kv = before.map(Arc::unwrap_or_clone);
+            applied.push(event);
         }
         self.advance(revision);
-        Ok(())
+        Ok(applied)
     }
 
     /// Nothing else happened in the range up to `revision` (a sound progress answer).
@@ -238,22 +247,27 @@ mod tests {
     #[test]
     fn events_put_and_delete_keys_and_move_the_revision() {
         let mut s = Store::loaded(ROOMY, vec![kv("a", "1", 2), kv("b", "2", 3)], 5).unwrap();
-        s.apply(vec![put("c", "3", 6), delete("a", 6)], 6).unwrap();
+        let applied = s.apply(vec![put("c", "3", 6), delete("a", 6)], 6).unwrap();
+        // The previous values come back with the events.
+        let prev: Vec<_> = applied.iter().map(|e| e.prev_kv.clone()).collect();
+        assert_eq!(prev, vec![None, Some(kv("a", "1", 2))]);
         assert_eq!(s.revision(), 6);
         assert_eq!(s.len(), 2);
         assert!(s.get(b"a").is_none());
         assert_eq!(s.get(b"c").unwrap().value, b"3");
+        let applied = s.apply(vec![put("c", "4", 7)], 7).unwrap();
+        assert_eq!(applied[0].prev_kv, Some(kv("c", "3", 6)));
         let keys: Vec<_> = s.range(b"b", None).iter().map(|k| k.key.clone()).collect();
         assert_eq!(keys, vec![b"b".to_vec(), b"c".to_vec()]);
         assert!(s.range(b"b", Some(b"c")).len() == 1);
         assert!(s.range(b"c", Some(b"b")).is_empty());
         // Deleting an absent key (a delete of a key never cached) changes nothing.
-        s.apply(vec![delete("zz", 7)], 7).unwrap();
+        s.apply(vec![delete("zz", 8)], 8).unwrap();
         assert_eq!(s.len(), 2);
         assert_eq!(s.bytes(), 2 * (2 + OVERHEAD));
         // Progress moves the revision forward only.
         s.advance(4);
-        assert_eq!(s.revision(), 7);
+        assert_eq!(s.revision(), 8);
     }
 
     #[test]

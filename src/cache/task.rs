@@ -18,10 +18,12 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::history::History;
 use super::options::KeyRange;
 use super::store::{Limits, Proof, Store};
 use crate::error::{Error, Result};
 use crate::kv::{GetOptions, Kv};
+use crate::proto::mvccpb::Event;
 use crate::watch::{Hub, Watch, WatchBatch, WatchOptions};
 
 /// How long a round waits for its progress request to go out (the stream may be between
@@ -54,14 +56,32 @@ pub(super) struct Stats {
     pub(super) progress_requests: AtomicU64,
 }
 
-/// What changes together: the store and whether it may serve.
+/// What changes together: the store, the recent events that made it, and whether it may
+/// serve.
 #[derive(Debug)]
 struct State {
     store: Store,
+    /// Every event after `history.since()` up to the store's revision.
+    history: History,
     /// A limit was hit: `(what, limit)` of the [`Error::CacheLimit`] every read gets.
     broken: Option<(&'static str, usize)>,
     /// The client shut down.
     ended: bool,
+}
+
+impl State {
+    /// A new load: the history before it is not known, only its result.
+    fn replace(&mut self, store: Store) {
+        self.history.reset(store.revision());
+        self.store = store;
+    }
+
+    /// Apply a batch of events to the store and keep them (with their previous values).
+    fn apply(&mut self, events: Vec<Event>, revision: i64) -> Result<()> {
+        let applied = self.store.apply(events, revision)?;
+        self.history.push(applied);
+        Ok(())
+    }
 }
 
 /// What the feeding task, the rounds and the readers share.
@@ -85,12 +105,14 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn new(range: KeyRange, limits: Limits) -> Arc<Shared> {
+    /// `history`: the most events the ring keeps for local watches.
+    pub(super) fn new(range: KeyRange, limits: Limits, history: usize) -> Arc<Shared> {
         Arc::new(Shared {
             range,
             limits,
             state: RwLock::new(State {
                 store: Store::new(limits),
+                history: History::new(history, 0),
                 broken: None,
                 ended: false,
             }),
@@ -111,6 +133,12 @@ impl Shared {
 
     /// Read the store, unless the cache cannot serve.
     pub(super) fn read<R>(&self, f: impl FnOnce(&Store) -> R) -> Result<R> {
+        self.read_with_history(|store, _| f(store))
+    }
+
+    /// Read the store and its history together (one revision for both), unless the cache
+    /// cannot serve.
+    pub(super) fn read_with_history<R>(&self, f: impl FnOnce(&Store, &History) -> R) -> Result<R> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         if let Some((what, limit)) = state.broken {
             return Err(Error::CacheLimit { what, limit });
@@ -118,7 +146,19 @@ impl Shared {
         if state.ended {
             return Err(Error::Shutdown);
         }
-        Ok(f(&state.store))
+        Ok(f(&state.store, &state.history))
+    }
+
+    /// Load `store` as the feeding task does (for the local watches' unit tests).
+    #[cfg(test)]
+    pub(super) fn load_for_test(&self, store: Store) {
+        self.update(|s| s.replace(store));
+    }
+
+    /// Apply events as the feeding task does (for the local watches' unit tests).
+    #[cfg(test)]
+    pub(super) fn apply_for_test(&self, events: Vec<Event>, revision: i64) -> Result<()> {
+        self.update(|s| s.apply(events, revision))
     }
 
     /// Whether the cache can serve.
@@ -236,7 +276,7 @@ impl Feed {
             let error = match loaded {
                 Ok(store) => {
                     let revision = store.revision();
-                    self.shared.update(|s| s.store = store);
+                    self.shared.update(|s| s.replace(store));
                     match self.follow(revision, &mut first).await {
                         Ok(()) => {
                             backoff = BACKOFF.0;
@@ -320,7 +360,7 @@ impl Feed {
                     // Counted before they are published: a reader woken by them sees them.
                     let n = events.len() as u64;
                     self.shared.stats.events.fetch_add(n, Ordering::Relaxed);
-                    self.shared.update(|s| s.store.apply(events, revision))?;
+                    self.shared.update(|s| s.apply(events, revision))?;
                 }
                 WatchBatch::Progress { revision } => {
                     self.shared.update(|s| s.store.advance(revision));
@@ -328,7 +368,7 @@ impl Feed {
                 WatchBatch::Reloaded { revision, kvs } => {
                     let store = Store::loaded(self.shared.limits, kvs, revision)?;
                     self.shared.stats.reloads.fetch_add(1, Ordering::Relaxed);
-                    self.shared.update(|s| s.store = store);
+                    self.shared.update(|s| s.replace(store));
                 }
                 WatchBatch::Compacted { .. } => return Ok(()),
             }
