@@ -30,6 +30,7 @@
 //! retry.rs        the retry loop a careful application writes around etcd-client
 //! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
 //! election.rs     the cluster's own re-election time, from Status polls
+//! fanout.rs       cache-bench's local watches: delivery delay next to a server watch's, memory
 //! leadership.rs   the leadership probe: each client holds a leadership through the fault
 //! lease.rs        the lease probe: each client keeps a lease through the fault
 //! keepalive_limit.rs  the server's own renewal rate on bare keep-alive streams (lease-scale-bench)
@@ -54,6 +55,7 @@ pub mod access;
 pub mod cli;
 pub mod clients;
 pub mod election;
+pub mod fanout;
 pub mod goclient;
 pub mod keepalive_limit;
 pub mod leadership;

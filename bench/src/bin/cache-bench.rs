@@ -13,6 +13,10 @@
 //! /proc) per 1,000 reads above what the writes alone cost (measured first, in a round without
 //! readers). The cache's consistent read latency is its freshness wait: reading the memory is
 //! microseconds. Curves as SVG (`--svg`).
+//!
+//! Then the fan-out (`--subscribers`): that many local watches of one key of the cache, next
+//! to one server watch of it, while the writes go on (`fanout.rs`): each delivery's delay from
+//! the probe put's send, and resident memory per subscriber.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,6 +55,9 @@ struct Args {
     /// Numbers of readers, comma-separated.
     #[arg(long, default_value = "1,16,256", value_delimiter = ',')]
     readers: Vec<usize>,
+    /// Numbers of local watches in the fan-out stages, comma-separated (empty: none).
+    #[arg(long, default_value = "1,100,10000", value_delimiter = ',')]
+    subscribers: Vec<usize>,
     /// Where the SVG of the results goes.
     #[arg(long, default_value = "target/cache-bench/cache-bench.svg")]
     svg: PathBuf,
@@ -354,6 +361,34 @@ async fn run(args: Args) {
             );
             results.push((*read, readers, tally));
         }
+    }
+    if !args.subscribers.is_empty() {
+        println!(
+            "{:<12} {:>8} {:>14} {:>14} {:>14} {:>14} {:>9} {:>12}",
+            "subscribers",
+            "probes",
+            "local p50 [us]",
+            "local p99 [us]",
+            "server p50",
+            "server p99",
+            "missing",
+            "B/subscriber"
+        );
+    }
+    for &n in &args.subscribers {
+        let key = format!("{PREFIX}fanout");
+        let f = etcd_ha_bench::fanout::stage(&client, &cache, &key, n, length * 2).await;
+        println!(
+            "{:<12} {:>8} {:>14} {:>14} {:>14} {:>14} {:>9} {:>12.0}",
+            f.subscribers,
+            f.probes,
+            f.local.value_at_quantile(0.5),
+            f.local.value_at_quantile(0.99),
+            f.server.value_at_quantile(0.5),
+            f.server.value_at_quantile(0.99),
+            f.missing,
+            f.bytes_per_subscriber
+        );
     }
     stop.store(true, Ordering::Relaxed);
     let s = cache.stats();

@@ -1,24 +1,35 @@
 //! Reads through a watch-fed `Cache` of the KV keys, judged as the other reads are:
 //! `Consistent` reads as linearizable gets (the per-key search and the stale check), and
 //! read-your-writes `AtLeast` reads after a put of the reader's own (at least the put's
-//! revision, the truth's value at the revision reported). Each busy client has one cache,
-//! read by two processes at once so that their freshness rounds are shared.
+//! revision, the truth's value at the revision reported). Each busy client has one cache of
+//! the whole workload prefix, read by two processes at once so that their freshness rounds are
+//! shared, and followed by local watches (`Cache::watch`) judged by the watch checker as the
+//! server watches are: from now first, then from the revision reached; one in three starts
+//! late, after the cache's small history has moved past it, and must be reloaded.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_ha::{Cache, CacheOptions, Client, Freshness};
+use etcd_ha::{Cache, CacheOptions, CacheWatchOptions, Client, Freshness};
 use tokio::task::JoinSet;
 
 use super::Ctx;
 use super::kv::{self, KEYS, run, text};
-use etcd_ha_check::history::{Outcome, Request, Response};
+use super::watch::follow;
+use etcd_ha_check::history::{Outcome, Request, Response, WatchEnd, WatchLog};
 
 /// The first cache reader's process id; each client's readers follow.
 pub const CACHE_PROCESS: u32 = 400;
 
 /// Readers of one cache.
 pub const READERS_PER_CACHE: u32 = 2;
+
+/// Events the cache keeps for its local watches: small, so that a late watch falls behind.
+const HISTORY: usize = 300;
+
+/// The local watches' ids: `client * 10_000 + LOCAL_WATCH_IDS + n` (beside the server
+/// watches' kinds, `watch.rs`).
+const LOCAL_WATCH_IDS: u32 = 5_000;
 
 /// A cache of the KV keys made on `client`, read by its readers until the workload stops.
 pub async fn cache(ctx: Ctx, client: Client, client_id: u32) {
@@ -38,16 +49,17 @@ pub async fn cache(ctx: Ctx, client: Client, client_id: u32) {
         );
         readers.spawn(reader);
     }
+    readers.spawn(local_watcher(ctx.clone(), cache.clone(), client_id));
     while readers.join_next().await.is_some() {}
 }
 
 /// The cache, made once the cluster lets it load (faults may be on from the start); `None`
 /// when the workload stopped first.
 async fn make(ctx: &Ctx, client: &Client) -> Option<Cache> {
-    let prefix = format!("{}kv/", ctx.prefix);
+    let options = CacheOptions::new().with_prefix().with_history(HISTORY);
     loop {
         let made = tokio::select! {
-            made = Cache::new(client, prefix.as_str(), CacheOptions::new().with_prefix()) => made,
+            made = Cache::new(client, ctx.prefix.as_str(), options.clone()) => made,
             () = ctx.until_stopped() => return None,
         };
         match made {
@@ -95,6 +107,62 @@ async fn reader(ctx: Ctx, client: Client, cache: Arc<Cache>, client_id: u32, pro
             .await;
         // Paced as the KV processes are: a history the linearizability search gets through.
         tokio::time::sleep(Duration::from_millis(rng.u64(5..15))).await;
+    }
+}
+
+/// Local watches of the whole prefix with previous values and progress, 2-6 s each, until the
+/// workload stops; each from the revision the last one reached (the first, and one after an
+/// error, from now). One in three waits 1-2 s before its first read.
+async fn local_watcher(ctx: Ctx, cache: Arc<Cache>, client_id: u32) {
+    let mut rng = ctx.rng(7000 + u64::from(client_id));
+    let mut start = 0i64;
+    let mut n = 0u32;
+    while !ctx.stopped() {
+        let options = CacheWatchOptions::new()
+            .with_prefix()
+            .with_prev_kv()
+            .with_progress_notify()
+            .with_reload_on_lag()
+            .with_start_revision(start);
+        let created_at = ctx.recorder.now();
+        let made = cache.watch(ctx.prefix.as_str(), options).await;
+        let mut log = WatchLog {
+            id: client_id * 10_000 + LOCAL_WATCH_IDS + n,
+            client: client_id,
+            prefix: ctx.prefix.clone(),
+            prev_kv: true,
+            start_revision: start,
+            created_revision: None,
+            created_at,
+            established: false,
+            deliveries: Vec::new(),
+            ended: None,
+        };
+        n += 1;
+        let mut stream = match made {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Not fresh in time (a fault): a typed error the caller retries, from now.
+                log.ended = Some(WatchEnd::Error {
+                    at: ctx.recorder.now(),
+                    error: e.to_string(),
+                });
+                ctx.watches.lock().unwrap().push(log);
+                start = 0;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        log.established = true;
+        if start == 0 {
+            log.created_revision = Some(stream.revision());
+        }
+        if rng.u32(..3) == 0 {
+            tokio::time::sleep(Duration::from_millis(rng.u64(1_000..2_000))).await;
+        }
+        let lifetime = Duration::from_millis(rng.u64(2_000..6_000));
+        start = follow(&ctx, &mut stream, &mut log, Some(lifetime)).await;
+        ctx.watches.lock().unwrap().push(log);
     }
 }
 

@@ -12,10 +12,11 @@
 //! When the workload stops, open watches keep following until they deliver the run's end
 //! marker (or the run gives up on them): the liveness check judges that.
 
+use std::future::Future;
 use std::time::Duration;
 
 use etcd_ha::proto::mvccpb::event::EventType;
-use etcd_ha::{Client, GetOptions, WatchBatch, WatchOptions, WatchStream};
+use etcd_ha::{CacheWatchStream, Client, GetOptions, WatchBatch, WatchOptions, WatchStream};
 
 use super::Ctx;
 use super::kv::text;
@@ -107,12 +108,38 @@ pub async fn watcher(ctx: Ctx, client: Client, client_id: u32, kind: Kind) {
     }
 }
 
+/// A watch whose batches the workload records: a managed server watch, or a cache's local one.
+pub trait Batches {
+    /// The next batch (`None`: ended).
+    fn next(&mut self) -> impl Future<Output = Option<etcd_ha::Result<WatchBatch>>> + Send;
+    /// Every event up to this revision was delivered.
+    fn revision(&self) -> i64;
+}
+
+impl Batches for WatchStream {
+    fn next(&mut self) -> impl Future<Output = Option<etcd_ha::Result<WatchBatch>>> + Send {
+        self.next_batch()
+    }
+    fn revision(&self) -> i64 {
+        WatchStream::revision(self)
+    }
+}
+
+impl Batches for CacheWatchStream {
+    fn next(&mut self) -> impl Future<Output = Option<etcd_ha::Result<WatchBatch>>> + Send {
+        self.next_batch()
+    }
+    fn revision(&self) -> i64 {
+        CacheWatchStream::revision(self)
+    }
+}
+
 /// Record what `stream` delivers for `lifetime` (`None`: as long as the workload runs), or
 /// until the watch ends; once the workload stops, until the end marker is delivered or the run
 /// stops waiting. The revision the next watch should start from (0: from now).
-async fn follow(
+pub async fn follow(
     ctx: &Ctx,
-    stream: &mut WatchStream,
+    stream: &mut impl Batches,
     log: &mut WatchLog,
     lifetime: Option<Duration>,
 ) -> i64 {
@@ -126,7 +153,7 @@ async fn follow(
         let next = tokio::select! {
             () = &mut until, if running => None,
             () = ctx.until_finished() => None,
-            next = stream.next_batch() => Some(next),
+            next = stream.next() => Some(next),
         };
         let at = ctx.recorder.now();
         match next {
