@@ -220,6 +220,9 @@ pub struct CacheWatchStream {
     /// When the caller was last given a batch.
     last_batch: Instant,
     ended: bool,
+    /// Reads of the shared state (a unit test's proof that a quiet watch does not spin).
+    #[cfg(test)]
+    reads: u64,
 }
 
 impl CacheWatchStream {
@@ -240,6 +243,8 @@ impl CacheWatchStream {
             told: revision,
             last_batch: Instant::now(),
             ended: false,
+            #[cfg(test)]
+            reads: 0,
         }
     }
 
@@ -258,6 +263,10 @@ impl CacheWatchStream {
         while !self.ended {
             // Seen before the read: a change after it wakes the wait below.
             self.changed.borrow_and_update();
+            #[cfg(test)]
+            {
+                self.reads += 1;
+            }
             let shared = self.shared.clone();
             let next = shared.read_with_history(|store, history| self.take(store, history));
             match next {
@@ -273,10 +282,9 @@ impl CacheWatchStream {
                     return Some(Err(error));
                 }
             }
-            let progress = self.options.progress_notify.then(|| {
-                let due = self.last_batch + PROGRESS_EVERY;
-                due.max(Instant::now() + Duration::from_millis(1))
-            });
+            // A timer only while there is progress to tell: otherwise the next change wakes it.
+            let progress = (self.options.progress_notify && self.revision > self.told)
+                .then(|| (self.last_batch + PROGRESS_EVERY).max(Instant::now()));
             let woke = tokio::select! {
                 changed = self.changed.changed() => changed.is_ok(),
                 () = self.cancel.cancelled() => false,
@@ -593,9 +601,12 @@ mod tests {
         let started = Instant::now();
         assert_eq!(next(&mut w).await, WatchBatch::Progress { revision: 11 });
         assert!(started.elapsed() >= PROGRESS_EVERY);
-        // Nothing new: no second progress.
+        // Nothing new: no second progress, and no spinning while it waits (the shared state
+        // is read once per wake-up: a spin would read it thousands of times).
+        let reads = w.reads;
         let again = tokio::time::timeout(PROGRESS_EVERY * 3, w.next_batch()).await;
         assert!(again.is_err(), "{again:?}");
+        assert_eq!(w.reads - reads, 1, "one read, then a wait for a change");
     }
 
     #[tokio::test(start_paused = true)]
