@@ -218,8 +218,9 @@ pub mod testkit;
 pub use auth::{Auth, PermissionType};
 pub use balance::{Candidate, LeaderFirst, PickPolicy};
 pub use cache::{
-    Cache, CacheOptions, CacheRead, CacheStats, CacheWatchOptions, CacheWatchStream,
-    DEFAULT_HISTORY, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, Freshness, PROGRESS_EVERY,
+    Cache, CacheCheck, CacheOptions, CacheRead, CacheStats, CacheWatchOptions, CacheWatchStream,
+    DEFAULT_CHECK_INTERVAL, DEFAULT_HISTORY, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS, Freshness,
+    PROGRESS_EVERY,
 };
 #[doc(hidden)]
 pub use call::stats::CallStats;

@@ -7,7 +7,9 @@
 //! - `etcd_ha_leases_at_risk_total`: kept leases whose renewals fell behind (a third of the TTL
 //!   left), each time one does; `etcd_ha_leases_at_risk` (gauge): how many are at risk now;
 //! - `etcd_ha_leases_lost_total{reason}`: kept leases lost, `expired` locally or `gone` on the
-//!   server.
+//!   server;
+//! - `etcd_ha_cache_mismatches_total`: caches found to differ from etcd at one revision (each
+//!   then loads its range again).
 
 /// A call started.
 pub(crate) fn request(rpc: &'static str) {
@@ -54,4 +56,10 @@ pub(crate) fn lease_lost(reason: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("etcd_ha_leases_lost_total", "reason" => reason).increment(1);
     let _ = reason;
+}
+
+/// A cache differed from etcd at one revision.
+pub(crate) fn cache_mismatch() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("etcd_ha_cache_mismatches_total").increment(1);
 }

@@ -31,6 +31,10 @@ pub(crate) struct History {
     /// Events in the ring now, and the most it keeps.
     events: usize,
     limit: usize,
+    /// Bumped by every load: a subscriber made before it has lost its place, even when the
+    /// load is at the revision it stood at (a load after a divergence found by the detector
+    /// brings back what no event told it).
+    generation: u64,
 }
 
 impl History {
@@ -42,7 +46,13 @@ impl History {
             since,
             events: 0,
             limit,
+            generation: 0,
         }
+    }
+
+    /// The loads so far (see the field).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Every event after this revision is in the ring: a subscriber that has seen up to it
@@ -66,6 +76,7 @@ impl History {
         self.revisions.clear();
         self.events = 0;
         self.since = revision;
+        self.generation += 1;
     }
 
     /// Add a batch of applied events (whole revisions, oldest first, each newer than the
@@ -94,9 +105,15 @@ impl History {
     }
 
     /// The revisions after `after`, oldest first, at most `most` events in all (but at least
-    /// one revision if any): `None` when some of them already left the ring.
-    pub(crate) fn after(&self, after: i64, most: usize) -> Option<Vec<Arc<Revision>>> {
-        if after < self.since {
+    /// one revision if any), for a subscriber placed in `generation`: `None` when some of them
+    /// already left the ring, or a load since has replaced it.
+    pub(crate) fn after(
+        &self,
+        after: i64,
+        generation: u64,
+        most: usize,
+    ) -> Option<Vec<Arc<Revision>>> {
+        if after < self.since || generation != self.generation {
             return None;
         }
         let first = self.revisions.partition_point(|r| r.revision <= after);
@@ -134,7 +151,7 @@ mod tests {
     }
 
     fn revisions(h: &History, after: i64, most: usize) -> Option<Vec<i64>> {
-        h.after(after, most)
+        h.after(after, h.generation(), most)
             .map(|rs| rs.iter().map(|r| r.revision).collect())
     }
 
@@ -170,8 +187,11 @@ mod tests {
         h.push(vec![put("a", 4), put("b", 4), put("c", 4), put("d", 4)]);
         assert_eq!(h.since(), 3);
         assert_eq!(revisions(&h, 3, 100), Some(vec![4]));
+        let before = h.generation();
         h.reset(9);
         assert_eq!((h.len(), h.since()), (0, 9));
+        // A subscriber of the ring before the load has lost its place, even at revision 9.
+        assert!(h.after(9, before, 100).is_none());
         assert_eq!(revisions(&h, 9, 100), Some(vec![]));
         assert_eq!(revisions(&h, 8, 100), None);
     }

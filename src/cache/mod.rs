@@ -5,9 +5,11 @@
 //! of its own from the next revision (`task.rs`). A read that must be fresh waits until the
 //! cache holds every event up to a revision a quorum read made after the read began; one such
 //! quorum read serves every reader waiting at that moment (`fresh.rs`). The store and its
-//! freshness rule are pure (`store.rs`). Local watches (`watch.rs`) read the recent events
+//! freshness rule are pure (`store.rs`). A detector compares the store with etcd at intervals
+//! and reloads on a mismatch (`check.rs`). Local watches (`watch.rs`) read the recent events
 //! the task keeps in a bounded ring beside the store (`history.rs`).
 
+mod check;
 mod fresh;
 mod history;
 mod options;
@@ -23,7 +25,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-pub use options::{CacheOptions, DEFAULT_HISTORY, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS};
+pub use check::CacheCheck;
+pub use options::{
+    CacheOptions, DEFAULT_CHECK_INTERVAL, DEFAULT_HISTORY, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS,
+};
 use store::Proof;
 pub use watch::{CacheWatchOptions, CacheWatchStream, PROGRESS_EVERY};
 
@@ -105,6 +110,10 @@ pub struct CacheStats {
     pub bytes: usize,
     /// Events held now in the history local watches read.
     pub history: usize,
+    /// Comparisons with etcd made ([`Cache::check`] and the periodic ones).
+    pub checks: u64,
+    /// Of them, those that found the cache different from etcd (each reloaded it).
+    pub mismatches: u64,
 }
 
 /// A key range of etcd kept in memory and read with a stated [`Freshness`]: consistent reads
@@ -147,6 +156,7 @@ pub struct Cache {
     rounds: fresh::Rounds,
     kv: Kv,
     read_timeout: Duration,
+    page_size: u32,
     /// Cancelled when the cache is dropped: its task and its local watches end.
     cancel: CancellationToken,
     _stop: DropGuard,
@@ -179,6 +189,11 @@ impl Cache {
             page_size: resolved.page_size,
             cancel: cancel.clone(),
         };
+        if let Some(interval) = resolved.check_interval {
+            let (shared, kv, cancel) = (shared.clone(), kv.clone(), cancel.clone());
+            let page_size = resolved.page_size;
+            tokio::spawn(check::every(shared, kv, interval, page_size, cancel));
+        }
         let (first, loaded) = oneshot::channel();
         tokio::spawn(feed.run(first));
         let cache = Cache {
@@ -186,6 +201,7 @@ impl Cache {
             shared,
             kv,
             read_timeout: resolved.read_timeout,
+            page_size: resolved.page_size,
             cancel: cancel.clone(),
             _stop: cancel.drop_guard(),
         };
@@ -298,19 +314,24 @@ impl Cache {
         options: CacheWatchOptions,
     ) -> Result<CacheWatchStream> {
         let range = options.resolve(key.into(), &self.shared.range)?;
-        let revision = match options.start_revision() {
-            0 => {
-                self.fresh(Freshness::Consistent).await?;
-                self.revision()
-            }
-            start => start - 1,
-        };
+        if options.start_revision() == 0 {
+            self.fresh(Freshness::Consistent).await?;
+        }
+        // The place and the history it is in, read together: a load in between would
+        // otherwise leave the watch at a revision of the old history in the new one.
+        let place = self.shared.read_with_history(|s, h| {
+            let revision = match options.start_revision() {
+                0 => s.revision(),
+                start => start - 1,
+            };
+            (revision, h.generation())
+        })?;
         Ok(CacheWatchStream::new(
             self.shared.clone(),
             self.cancel.clone(),
             range,
             options,
-            revision,
+            place,
         ))
     }
 
@@ -332,6 +353,30 @@ impl Cache {
                 fresh::consistent(&self.shared, &self.rounds, &self.kv, deadline).await
             }
         }
+    }
+
+    /// Compare the cache with etcd now: its keys and their mod revisions against a keys-only
+    /// range at the cache's revision. When they differ the cache loads its range again (and
+    /// counts it in [`CacheStats::mismatches`]); a revision etcd has compacted away already
+    /// fails with [`Error::Compacted`].
+    ///
+    /// ```no_run
+    /// # async fn demo(cache: etcd_ha::Cache) -> etcd_ha::Result<()> {
+    /// let found = cache.check().await?;
+    /// assert!(found.consistent, "diverged at {}", found.revision);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn check(&self) -> Result<CacheCheck> {
+        check::check(&self.shared, &self.kv, self.page_size).await
+    }
+
+    /// Drop `key` from the cache without an event, as a lost event would: a divergence for
+    /// tests of the detector ([`Cache::check`]). Whether the cache held it.
+    #[cfg(feature = "testkit")]
+    #[doc(hidden)]
+    pub fn testkit_forget(&self, key: impl AsRef<[u8]>) -> bool {
+        self.shared.forget(key.as_ref())
     }
 
     /// The revision the cache holds now: every event of its range up to it is applied.
@@ -377,6 +422,8 @@ impl Cache {
             quorum_reads: s.quorum_reads.load(Ordering::Relaxed),
             range_proofs: s.range_proofs.load(Ordering::Relaxed),
             progress_requests: s.progress_requests.load(Ordering::Relaxed),
+            checks: s.checks.load(Ordering::Relaxed),
+            mismatches: s.mismatches.load(Ordering::Relaxed),
             keys,
             bytes,
             history,

@@ -16,6 +16,10 @@ const DEFAULT_PAGE_SIZE: u32 = 1000;
 /// otherwise.
 pub const DEFAULT_HISTORY: usize = 10_000;
 
+/// How often a cache compares itself with etcd unless
+/// [`CacheOptions::with_check_interval`] says otherwise.
+pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+
 /// What a [`Cache`](super::Cache) follows and within what limits.
 ///
 /// ```
@@ -36,6 +40,7 @@ pub struct CacheOptions {
     page_size: Option<u32>,
     read_timeout: Option<Duration>,
     history: Option<usize>,
+    check_interval: Option<Option<Duration>>,
 }
 
 /// The key range a cache follows, in etcd's terms.
@@ -148,6 +153,22 @@ impl CacheOptions {
         self
     }
 
+    /// How often the cache compares itself with etcd (its keys and mod revisions against a
+    /// keys-only range at the same revision) and reloads when they differ (default
+    /// [`DEFAULT_CHECK_INTERVAL`]; `None`: never, [`Cache::check`] still can). Each check
+    /// costs etcd a keys-only read of the range.
+    ///
+    /// [`Cache::check`]: super::Cache::check
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let options = etcd_ha::CacheOptions::new().with_check_interval(Some(Duration::from_secs(10)));
+    /// ```
+    pub fn with_check_interval(mut self, interval: Option<Duration>) -> Self {
+        self.check_interval = Some(interval);
+        self
+    }
+
     /// How long a read that must be fresh waits for the cache to catch up before it fails
     /// with [`Error::NotFresh`] (default: the client's request timeout, or 5 s without one).
     ///
@@ -229,7 +250,15 @@ impl CacheOptions {
                 reason: "must be above 0",
             });
         }
+        let check_interval = self.check_interval.unwrap_or(Some(DEFAULT_CHECK_INTERVAL));
+        if check_interval.is_some_and(|i| i.is_zero()) {
+            return Err(Error::InvalidOptions {
+                option: "with_check_interval",
+                reason: "must be above 0 (None turns the checks off)",
+            });
+        }
         Ok(Resolved {
+            check_interval,
             history,
             range: KeyRange { key, range_end },
             limits: super::store::Limits {
@@ -251,6 +280,8 @@ pub(crate) struct Resolved {
     pub(crate) read_timeout: Duration,
     /// Events kept for local watches.
     pub(crate) history: usize,
+    /// How often the detector runs (`None`: never).
+    pub(crate) check_interval: Option<Duration>,
 }
 
 #[cfg(test)]
@@ -285,6 +316,7 @@ mod tests {
             CacheOptions::new().with_page_size(0),
             CacheOptions::new().with_read_timeout(Duration::ZERO),
             CacheOptions::new().with_history(0),
+            CacheOptions::new().with_check_interval(Some(Duration::ZERO)),
         ] {
             assert!(
                 matches!(

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use super::check::Digest;
 use crate::error::{Error, Result};
 use crate::proto::mvccpb::{Event, KeyValue, event::EventType};
 
@@ -188,6 +189,28 @@ impl Store {
             self.advance(proof.revision());
         }
         fresh
+    }
+
+    /// The digest of every key with its mod revision, in key order (for the inconsistency
+    /// detector, `check.rs`).
+    pub(crate) fn digest(&self) -> Digest {
+        let mut d = Digest::default();
+        for kv in self.kvs.values() {
+            d.add(&kv.key, kv.mod_revision);
+        }
+        d
+    }
+
+    /// Drop `key` without an event: a divergence, for the detector's tests.
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn forget(&mut self, key: &[u8]) -> bool {
+        match self.kvs.remove(key) {
+            Some(old) => {
+                self.bytes -= cost(&old);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The value of `key`.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::history::History;
@@ -54,6 +54,8 @@ pub(super) struct Stats {
     pub(super) quorum_reads: AtomicU64,
     pub(super) range_proofs: AtomicU64,
     pub(super) progress_requests: AtomicU64,
+    pub(super) checks: AtomicU64,
+    pub(super) mismatches: AtomicU64,
 }
 
 /// What changes together: the store, the recent events that made it, and whether it may
@@ -101,6 +103,10 @@ pub(super) struct Shared {
     ordered: AtomicU8,
     /// The revision the newest round needs (for [`Error::NotFresh`]).
     wanted: AtomicI64,
+    /// The detector found a divergence: the feeding task loads the range again (set, then
+    /// `reload_now` wakes it; cleared when a load begins).
+    reload_wanted: AtomicBool,
+    reload_now: Notify,
     pub(super) stats: Stats,
 }
 
@@ -121,6 +127,8 @@ impl Shared {
             nudging: AtomicBool::new(false),
             ordered: AtomicU8::new(0),
             wanted: AtomicI64::new(0),
+            reload_wanted: AtomicBool::new(false),
+            reload_now: Notify::new(),
             stats: Stats::default(),
         })
     }
@@ -159,6 +167,18 @@ impl Shared {
     #[cfg(test)]
     pub(super) fn apply_for_test(&self, events: Vec<Event>, revision: i64) -> Result<()> {
         self.update(|s| s.apply(events, revision))
+    }
+
+    /// Drop `key` from the store without an event (a divergence, for the detector's tests).
+    #[cfg(feature = "testkit")]
+    pub(super) fn forget(&self, key: &[u8]) -> bool {
+        self.update(|s| s.store.forget(key))
+    }
+
+    /// Load the range again (the store diverged from etcd).
+    pub(super) fn reload(&self) {
+        self.reload_wanted.store(true, Ordering::Release);
+        self.reload_now.notify_waiters();
     }
 
     /// Whether the cache can serve.
@@ -272,6 +292,7 @@ impl Feed {
         let mut first = Some(first);
         let mut backoff = BACKOFF.0;
         loop {
+            self.shared.reload_wanted.store(false, Ordering::Release);
             let loaded = self.load().await;
             let error = match loaded {
                 Ok(store) => {
@@ -354,7 +375,19 @@ impl Feed {
         if let Some(first) = first.take() {
             let _ = first.send(Ok(()));
         }
-        while let Some(batch) = stream.next_batch().await {
+        loop {
+            // Registered before the flag is read: a reload asked for in between still wakes it.
+            let reload = self.shared.reload_now.notified();
+            tokio::pin!(reload);
+            reload.as_mut().enable();
+            if self.shared.reload_wanted.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            let batch = tokio::select! {
+                batch = stream.next_batch() => batch,
+                () = reload => continue,
+            };
+            let Some(batch) = batch else { break };
             match batch? {
                 WatchBatch::Events { revision, events } => {
                     // Counted before they are published: a reader woken by them sees them.

@@ -215,6 +215,8 @@ pub struct CacheWatchStream {
     options: CacheWatchOptions,
     /// Every event of the watched keys up to this revision has been delivered.
     revision: i64,
+    /// The history's generation this watch's place is in (a load replaces it).
+    generation: u64,
     /// The revision the caller was last told (by events, a reload or progress).
     told: i64,
     /// When the caller was last given a batch.
@@ -231,7 +233,7 @@ impl CacheWatchStream {
         cancel: CancellationToken,
         range: KeyRange,
         options: CacheWatchOptions,
-        revision: i64,
+        (revision, generation): (i64, u64),
     ) -> Self {
         CacheWatchStream {
             changed: shared.subscribe(),
@@ -241,6 +243,7 @@ impl CacheWatchStream {
             options,
             revision,
             told: revision,
+            generation,
             last_batch: Instant::now(),
             ended: false,
             #[cfg(test)]
@@ -330,7 +333,7 @@ impl CacheWatchStream {
     /// What the ring and the store hold for this watch now, if anything is to be delivered.
     fn take(&mut self, store: &Store, history: &History) -> Option<WatchBatch> {
         let now = store.revision();
-        let Some(revisions) = history.after(self.revision, MAX_BATCH) else {
+        let Some(revisions) = history.after(self.revision, self.generation, MAX_BATCH) else {
             if !self.options.reload_on_lag {
                 return Some(WatchBatch::Compacted {
                     compact_revision: history.since() + 1,
@@ -342,6 +345,7 @@ impl CacheWatchStream {
                 .map(Arc::unwrap_or_clone)
                 .collect();
             self.revision = now;
+            self.generation = history.generation();
             return Some(WatchBatch::Reloaded { revision: now, kvs });
         };
         let caught_up = revisions.last().map(|r| r.revision) == history.newest();
@@ -458,12 +462,13 @@ mod tests {
         from: i64,
     ) -> CacheWatchStream {
         let range = options.resolve(key.into(), &shared.range).unwrap();
+        let generation = shared.read_with_history(|_, h| h.generation()).unwrap();
         CacheWatchStream::new(
             shared.clone(),
             CancellationToken::new(),
             range,
             options,
-            from,
+            (from, generation),
         )
     }
 
@@ -588,6 +593,14 @@ mod tests {
             panic!("a reload")
         };
         assert_eq!((revision, kvs), (20, vec![kv("a/q", "q", 20)]));
+        // A load at the very revision it stands at (after a divergence the detector found)
+        // reloads it too: what it was never told is back.
+        let store = Store::loaded(ROOMY, vec![kv("a/q", "q", 20), kv("a/r", "r", 19)], 20);
+        shared.load_for_test(store.unwrap());
+        let WatchBatch::Reloaded { revision, kvs } = next(&mut slow).await else {
+            panic!("a reload")
+        };
+        assert_eq!((revision, kvs.len()), (20, 2));
     }
 
     #[tokio::test(start_paused = true)]
@@ -615,7 +628,8 @@ mod tests {
         let cancel = CancellationToken::new();
         let options = CacheWatchOptions::new().with_prefix();
         let range = options.resolve(b"a/".to_vec(), &shared.range).unwrap();
-        let mut w = CacheWatchStream::new(shared.clone(), cancel.clone(), range, options, 11);
+        let at = (11, shared.read_with_history(|_, h| h.generation()).unwrap());
+        let mut w = CacheWatchStream::new(shared.clone(), cancel.clone(), range, options, at);
         shared
             .apply_for_test(vec![put("a/x", "1", 11)], 11)
             .unwrap();
