@@ -21,11 +21,13 @@
 //! - `cache-skip-fresh`: a [`Cache`](crate::Cache) serves `Consistent` and `AtLeast` reads from
 //!   whatever it holds, without waiting to be fresh (the bug a cache without a freshness
 //!   round has: a read misses writes that completed before it began).
+//! - `cache-watch-skip`: a local cache watch that fell behind the history jumps to where the
+//!   history starts instead of being reloaded, silently skipping the events it lost.
 
 use std::sync::OnceLock;
 
 /// Every mutant this build knows, by the name `ETCD_HA_MUTANT` gives it.
-const KNOWN: [&str; 8] = [
+const KNOWN: [&str; 9] = [
     "resend-ambiguous",
     "resend-deletes",
     "resume-at-last",
@@ -34,6 +36,7 @@ const KNOWN: [&str; 8] = [
     "from-now-stale",
     "cancel-txns",
     "cache-skip-fresh",
+    "cache-watch-skip",
 ];
 
 /// The mutant named by `ETCD_HA_MUTANT`, read once; a name no mutant has is a mistake in the
@@ -92,4 +95,9 @@ pub(crate) fn cancel_txns() -> bool {
 /// Whether the `cache-skip-fresh` bug is on.
 pub(crate) fn cache_skip_fresh() -> bool {
     is("cache-skip-fresh")
+}
+
+/// Whether the `cache-watch-skip` bug is on.
+pub(crate) fn cache_watch_skip() -> bool {
+    is("cache-watch-skip")
 }

@@ -333,6 +333,11 @@ impl CacheWatchStream {
     /// What the ring and the store hold for this watch now, if anything is to be delivered.
     fn take(&mut self, store: &Store, history: &History) -> Option<WatchBatch> {
         let now = store.revision();
+        #[cfg(feature = "mutants")]
+        if crate::mutants::cache_watch_skip() && self.revision < history.since() {
+            self.revision = history.since();
+            self.generation = history.generation();
+        }
         let Some(revisions) = history.after(self.revision, self.generation, MAX_BATCH) else {
             if !self.options.reload_on_lag {
                 return Some(WatchBatch::Compacted {

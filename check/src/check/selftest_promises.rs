@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::fixture::valid_history;
 use super::report::{Property, Report};
-use crate::history::{Batch, History, Outcome, Request, Response, WatchEnd};
+use crate::history::{Batch, Delivery, History, Outcome, Request, Response, WatchEnd};
 
 fn recorded() -> History {
     let text = include_str!("../fixtures/recorded.json");
@@ -170,6 +170,48 @@ fn a_watch_that_stopped_before_the_end_marker_is_caught() {
     // It fell silent a few deliveries before the end.
     let keep = w.deliveries.len() - 2;
     w.deliveries.truncate(keep);
+    caught(&h, Property::WatchLive);
+}
+
+/// A watch reloaded at or past the end marker's revision (a local cache watch that fell
+/// behind its history as the run ended) reached the end: the reload holds the marker. One
+/// reloaded before it still owes the marker's event.
+#[test]
+fn a_watch_reloaded_past_the_end_marker_reached_it() {
+    let mut h = recorded();
+    let marker = h
+        .end_marker
+        .clone()
+        .expect("the recorded history has an end marker");
+    let end = h
+        .truth
+        .iter()
+        .find(|t| t.key == marker)
+        .map(|t| t.revision)
+        .expect("the marker is in the truth");
+    let i = h
+        .watches
+        .iter()
+        .position(|w| w.ended.is_none() && marker.starts_with(&w.prefix) && w.deliveries.len() > 2)
+        .expect("a watch open at the end");
+    let truth = super::keyspace::Keyspace::new(&h);
+    let reload = |revision: i64| {
+        let keys = truth
+            .live_under(&h.watches[i].prefix, revision)
+            .iter()
+            .map(|(k, e)| (k.to_string(), e.value.clone().unwrap_or_default()))
+            .collect();
+        Batch::Reloaded { revision, keys }
+    };
+    let (past, before) = (reload(end), reload(end - 1));
+    let w = &mut h.watches[i];
+    let keep = w.deliveries.len() - 2;
+    w.deliveries.truncate(keep);
+    let at = w.deliveries.last().unwrap().at;
+    w.deliveries.push(Delivery { at, batch: past });
+    let report = super::check(&h, Duration::from_secs(30));
+    assert!(!report.has(Property::WatchLive), "{report}");
+    h.watches[i].deliveries.last_mut().unwrap().batch = before;
     caught(&h, Property::WatchLive);
 }
 

@@ -4,7 +4,7 @@
 //! revision, the truth's value at the revision reported). Each busy client has one cache of
 //! the whole workload prefix, read by two processes at once so that their freshness rounds are
 //! shared, and followed by local watches (`Cache::watch`) judged by the watch checker as the
-//! server watches are: from now first, then from the revision reached; one in three starts
+//! server watches are: from now first, then from the revision reached; one in two starts
 //! late, after the cache's small history has moved past it, and must be reloaded.
 
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub const CACHE_PROCESS: u32 = 400;
 pub const READERS_PER_CACHE: u32 = 2;
 
 /// Events the cache keeps for its local watches: small, so that a late watch falls behind.
-const HISTORY: usize = 300;
+const HISTORY: usize = 200;
 
 /// The local watches' ids: `client * 10_000 + LOCAL_WATCH_IDS + n` (beside the server
 /// watches' kinds, `watch.rs`).
@@ -112,7 +112,7 @@ async fn reader(ctx: Ctx, client: Client, cache: Arc<Cache>, client_id: u32, pro
 
 /// Local watches of the whole prefix with previous values and progress, 2-6 s each, until the
 /// workload stops; each from the revision the last one reached (the first, and one after an
-/// error, from now). One in three waits 1-2 s before its first read.
+/// error, from now). One in two waits 1-2.5 s before its first read.
 async fn local_watcher(ctx: Ctx, cache: Arc<Cache>, client_id: u32) {
     let mut rng = ctx.rng(7000 + u64::from(client_id));
     let mut start = 0i64;
@@ -157,8 +157,8 @@ async fn local_watcher(ctx: Ctx, cache: Arc<Cache>, client_id: u32) {
         if start == 0 {
             log.created_revision = Some(stream.revision());
         }
-        if rng.u32(..3) == 0 {
-            tokio::time::sleep(Duration::from_millis(rng.u64(1_000..2_000))).await;
+        if rng.bool() {
+            tokio::time::sleep(Duration::from_millis(rng.u64(1_000..2_500))).await;
         }
         let lifetime = Duration::from_millis(rng.u64(2_000..6_000));
         start = follow(&ctx, &mut stream, &mut log, Some(lifetime)).await;
