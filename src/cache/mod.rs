@@ -16,6 +16,7 @@ mod options;
 mod store;
 mod task;
 mod watch;
+mod watch_options;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -30,7 +31,8 @@ pub use options::{
     CacheOptions, DEFAULT_CHECK_INTERVAL, DEFAULT_HISTORY, DEFAULT_MAX_BYTES, DEFAULT_MAX_KEYS,
 };
 use store::Proof;
-pub use watch::{CacheWatchOptions, CacheWatchStream, PROGRESS_EVERY};
+pub use watch::CacheWatchStream;
+pub use watch_options::{CacheWatchOptions, PROGRESS_EVERY};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
