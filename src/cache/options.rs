@@ -195,22 +195,9 @@ impl CacheOptions {
                 reason: "a cache range is a prefix, a range or from a key: pick one",
             });
         }
-        let range_end = if self.prefix {
-            prefix_end(&key)
-        } else if self.from_key {
-            vec![0]
-        } else if let Some(end) = &self.range_end {
-            if end.as_slice() <= key.as_slice() && end.as_slice() != [0] {
-                return Err(Error::InvalidOptions {
-                    option: "with_range",
-                    reason: "the end must come after the key",
-                });
-            }
-            end.clone()
-        } else {
-            let mut end = key.clone();
-            end.push(0);
-            end
+        let range_end = match self.from_key {
+            true => vec![0],
+            false => range_end(&key, self.prefix, self.range_end.as_deref())?,
         };
         let max_keys = self.max_keys.unwrap_or(DEFAULT_MAX_KEYS);
         let max_bytes = self.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
@@ -282,6 +269,24 @@ pub(crate) struct Resolved {
     pub(crate) history: usize,
     /// How often the detector runs (`None`: never).
     pub(crate) check_interval: Option<Duration>,
+}
+
+/// The end of the range a key and its options name: every key with the prefix, up to an
+/// explicit end (which must come after the key; `\0` is "to the end"), or the key alone.
+pub(crate) fn range_end(key: &[u8], prefix: bool, end: Option<&[u8]>) -> Result<Vec<u8>> {
+    match end {
+        _ if prefix => Ok(prefix_end(key)),
+        Some(end) if end <= key && end != [0] => Err(Error::InvalidOptions {
+            option: "with_range",
+            reason: "the end must come after the key",
+        }),
+        Some(end) => Ok(end.to_vec()),
+        None => {
+            let mut end = key.to_vec();
+            end.push(0);
+            Ok(end)
+        }
+    }
 }
 
 #[cfg(test)]

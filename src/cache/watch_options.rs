@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use super::options::KeyRange;
+use super::options::{KeyRange, range_end};
 use crate::error::{Error, Result};
-use crate::kv::prefix_end;
 
 /// How long a caught-up subscriber made with
 /// [`with_progress_notify`](CacheWatchOptions::with_progress_notify) goes without a batch
@@ -135,21 +134,7 @@ impl CacheWatchOptions {
                 reason: "must not be negative",
             });
         }
-        let range_end = match &self.range_end {
-            _ if self.prefix => prefix_end(&key),
-            Some(end) if end.as_slice() <= key.as_slice() && end.as_slice() != [0] => {
-                return Err(Error::InvalidOptions {
-                    option: "with_range",
-                    reason: "the end must come after the key",
-                });
-            }
-            Some(end) => end.clone(),
-            None => {
-                let mut end = key.clone();
-                end.push(0);
-                end
-            }
-        };
+        let range_end = range_end(&key, self.prefix, self.range_end.as_deref())?;
         let range = KeyRange { key, range_end };
         let inside = cache.contains(&range.key)
             && match (range.end(), cache.end()) {
