@@ -277,7 +277,7 @@ pub(super) async fn consistent(
 }
 
 /// Wait until the store is fresh by `proof`, asking for progress while it is not.
-async fn wait(shared: &Arc<Shared>, proof: &Proof, deadline: Instant) -> Result<()> {
+pub(super) async fn wait(shared: &Arc<Shared>, proof: &Proof, deadline: Instant) -> Result<()> {
     let mut changed = shared.subscribe();
     loop {
         shared.check()?;

@@ -6,10 +6,12 @@
 //! cache holds every event up to a revision a quorum read made after the read began; one such
 //! quorum read serves every reader waiting at that moment (`fresh.rs`). The store and its
 //! freshness rule are pure (`store.rs`). A detector compares the store with etcd at intervals
-//! and reloads on a mismatch (`check.rs`). Local watches (`watch.rs`) read the recent events
+//! and reloads on a mismatch (`check.rs`). A cache made with an explicit fallback reads etcd
+//! itself when it cannot be made fresh in time (`direct.rs`). Local watches (`watch.rs`) read the recent events
 //! the task keeps in a bounded ring beside the store (`history.rs`).
 
 mod check;
+mod direct;
 mod fresh;
 mod history;
 mod options;
@@ -116,6 +118,9 @@ pub struct CacheStats {
     pub checks: u64,
     /// Of them, those that found the cache different from etcd (each reloaded it).
     pub mismatches: u64,
+    /// Reads served by etcd itself because the cache could not be made fresh in time
+    /// ([`CacheOptions::with_etcd_fallback`]).
+    pub fallbacks: u64,
 }
 
 /// A key range of etcd kept in memory and read with a stated [`Freshness`]: consistent reads
@@ -135,7 +140,9 @@ pub struct CacheStats {
 ///   mod revision (etcd reads the whole range for it, but sends one key): if no key in the
 ///   range changed since the cache's revision, the cache is the range.
 /// - A read that cannot be made fresh within the read timeout fails with
-///   [`Error::NotFresh`]; the cache never falls back to etcd by itself.
+///   [`Error::NotFresh`]; the cache never falls back to etcd by itself. With
+///   [`CacheOptions::with_etcd_fallback`] such a read reads etcd instead (linearizably, paged
+///   at one revision), counted in [`CacheStats::fallbacks`].
 /// - Memory is bounded: past [`CacheOptions::with_max_keys`] or
 ///   [`CacheOptions::with_max_bytes`] the cache stops and reads fail with
 ///   [`Error::CacheLimit`]. A load holds the old state until the new one is complete, so it
@@ -159,6 +166,8 @@ pub struct Cache {
     kv: Kv,
     read_timeout: Duration,
     page_size: u32,
+    /// Reads that cannot be made fresh in time read etcd instead.
+    etcd_fallback: bool,
     /// Cancelled when the cache is dropped: its task and its local watches end.
     cancel: CancellationToken,
     _stop: DropGuard,
@@ -204,6 +213,7 @@ impl Cache {
             kv,
             read_timeout: resolved.read_timeout,
             page_size: resolved.page_size,
+            etcd_fallback: resolved.etcd_fallback,
             cancel: cancel.clone(),
             _stop: cancel.drop_guard(),
         };
@@ -233,7 +243,14 @@ impl Cache {
                 reason: "outside the cache's range",
             });
         }
-        self.fresh(freshness).await?;
+        if let Err(error) = self.fresh(freshness).await {
+            let end = [key, &[0]].concat();
+            let read = self.fall_back(error, freshness, key, Some(&end)).await?;
+            return Ok(CacheRead {
+                revision: read.revision,
+                value: read.value.into_iter().next(),
+            });
+        }
         self.shared.read(|s| CacheRead {
             revision: s.revision(),
             value: s.get(key),
@@ -285,11 +302,37 @@ impl Cache {
         end: Option<Vec<u8>>,
         freshness: Freshness,
     ) -> Result<CacheRead<Vec<Arc<KeyValue>>>> {
-        self.fresh(freshness).await?;
+        if let Err(error) = self.fresh(freshness).await {
+            return self
+                .fall_back(error, freshness, &start, end.as_deref())
+                .await;
+        }
         self.shared.read(|s| CacheRead {
             revision: s.revision(),
             value: s.range(&start, end.as_deref()),
         })
+    }
+
+    /// A read the cache could not make fresh (`error`): from etcd itself when the cache was
+    /// made with [`CacheOptions::with_etcd_fallback`] and only time ran out, else `error`. An
+    /// at-least read whose token etcd has not reached either keeps its error.
+    async fn fall_back(
+        &self,
+        error: Error,
+        freshness: Freshness,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Result<CacheRead<Vec<Arc<KeyValue>>>> {
+        if !self.etcd_fallback || !matches!(error, Error::NotFresh { .. }) {
+            return Err(error);
+        }
+        let read = direct::range(&self.kv, start, end, self.page_size).await?;
+        self.shared.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(revision = read.revision, "a cache read fell back to etcd");
+        match freshness {
+            Freshness::AtLeast(token) if read.revision < token => Err(error),
+            _ => Ok(read),
+        }
     }
 
     /// A local watch of `key` (and the keys `options` add, inside the cache's range), served
@@ -350,9 +393,18 @@ impl Cache {
             Freshness::AtLeast(revision) if self.shared.store_fresh(&Proof::Revision(revision)) => {
                 Ok(())
             }
-            // A quorum read made now is at or past any revision already written.
-            Freshness::AtLeast(_) | Freshness::Consistent => {
+            Freshness::Consistent => {
                 fresh::consistent(&self.shared, &self.rounds, &self.kv, deadline).await
+            }
+            // A quorum read made now is at or past any revision already written; a token
+            // beyond it (a revision the cluster has not reached yet) is then waited for.
+            Freshness::AtLeast(revision) => {
+                fresh::consistent(&self.shared, &self.rounds, &self.kv, deadline).await?;
+                let token = Proof::Revision(revision);
+                match self.shared.store_fresh(&token) {
+                    true => Ok(()),
+                    false => fresh::wait(&self.shared, &token, deadline).await,
+                }
             }
         }
     }
@@ -426,6 +478,7 @@ impl Cache {
             progress_requests: s.progress_requests.load(Ordering::Relaxed),
             checks: s.checks.load(Ordering::Relaxed),
             mismatches: s.mismatches.load(Ordering::Relaxed),
+            fallbacks: s.fallbacks.load(Ordering::Relaxed),
             keys,
             bytes,
             history,

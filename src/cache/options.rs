@@ -41,6 +41,7 @@ pub struct CacheOptions {
     read_timeout: Option<Duration>,
     history: Option<usize>,
     check_interval: Option<Option<Duration>>,
+    etcd_fallback: bool,
 }
 
 /// The key range a cache follows, in etcd's terms.
@@ -180,6 +181,22 @@ impl CacheOptions {
         self
     }
 
+    /// Let a [`Consistent`](super::Freshness::Consistent) or
+    /// [`AtLeast`](super::Freshness::AtLeast) read that cannot be made fresh within the read
+    /// timeout read etcd itself (linearizably, paged at one revision) instead of failing with
+    /// [`Error::NotFresh`]; counted in [`CacheStats::fallbacks`](super::CacheStats::fallbacks).
+    /// Off by default: when the cache falls behind because etcd is slow, every reader falling
+    /// back to it at once makes etcd slower (Kubernetes saw such fallbacks cascade). An
+    /// at-least read whose token etcd has not reached still fails.
+    ///
+    /// ```
+    /// let options = etcd_ha::CacheOptions::new().with_prefix().with_etcd_fallback();
+    /// ```
+    pub fn with_etcd_fallback(mut self) -> Self {
+        self.etcd_fallback = true;
+        self
+    }
+
     /// The options checked, for `key`.
     pub(crate) fn resolve(
         &self,
@@ -254,6 +271,7 @@ impl CacheOptions {
             },
             page_size,
             read_timeout,
+            etcd_fallback: self.etcd_fallback,
         })
     }
 }
@@ -269,6 +287,8 @@ pub(crate) struct Resolved {
     pub(crate) history: usize,
     /// How often the detector runs (`None`: never).
     pub(crate) check_interval: Option<Duration>,
+    /// Reads that cannot be made fresh in time read etcd instead.
+    pub(crate) etcd_fallback: bool,
 }
 
 /// The end of the range a key and its options name: every key with the prefix, up to an

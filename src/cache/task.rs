@@ -56,6 +56,7 @@ pub(super) struct Stats {
     pub(super) progress_requests: AtomicU64,
     pub(super) checks: AtomicU64,
     pub(super) mismatches: AtomicU64,
+    pub(super) fallbacks: AtomicU64,
 }
 
 /// What changes together: the store, the recent events that made it, and whether it may
