@@ -1,7 +1,9 @@
 //! The benchmarks of etcd-ha, as a crate of their own so that none of their dependencies (the
 //! etcd-client baseline, clap, serde, hdrhistogram, indicatif, plotters) reaches the library's
-//! users. Three binaries: `failover-bench` (the main job), `overhead-bench` (steady state) and
-//! `lease-scale-bench` (leases kept by one client, next to the server's renewal limit).
+//! users. Five binaries: `failover-bench` (the main job), `overhead-bench` (steady state),
+//! `lease-scale-bench` (leases kept by one client, next to the server's renewal limit),
+//! `cache-bench` (consistent reads from the cache) and `call-cost` (instructions and
+//! allocations per call).
 //!
 //! ```text
 //! scripts/failover-bench                      # the default scenarios, 3 trials, ~5 min on 2 cores
@@ -41,8 +43,9 @@
 //! watch.rs        the watch probe: a neutral writer, each client's watch through the fault
 //! progress.rs     indicatif on a terminal, plain phase lines otherwise
 //! process.rs      this process's CPU time and resident memory (overhead-bench, lease-scale-bench)
+//! callgrind.rs    instructions (callgrind's client requests) and allocations counted (call-cost)
 //! report/         the JSON (serde), CSV, SVG timelines (plotters), Markdown and tables
-//! bin/            failover-bench, overhead-bench and lease-scale-bench
+//! bin/            failover-bench, overhead-bench, lease-scale-bench, cache-bench and call-cost
 //! ```
 //!
 //! The partition scenario needs network namespaces (root and `ip`); the blackhole scenario
@@ -52,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod callgrind;
 pub mod cli;
 pub mod clients;
 pub mod election;
