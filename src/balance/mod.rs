@@ -11,6 +11,7 @@ mod pick;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,9 @@ use crate::error::{Error, Result};
 use crate::revisions::Revisions;
 use crate::rpc::Route;
 use crate::token::TokenCell;
+
+/// The candidates of one pick, inline for a cluster's usual size (no allocation per call).
+type Candidates = SmallVec<[Candidate; 4]>;
 
 pub(crate) use leader::LeaderView;
 pub use pick::{Candidate, LeaderFirst, PickPolicy};
@@ -450,7 +454,7 @@ impl Balancer {
             &endpoints
         };
         let leader = self.leader_id();
-        let mut candidates: Vec<Candidate> = pool.iter().map(|e| e.candidate(leader)).collect();
+        let mut candidates: Candidates = pool.iter().map(|e| e.candidate(leader)).collect();
         // A member suspected of stalling takes no new call that any healthy member can serve
         // as well; see `avoid_suspected`.
         let steady: Vec<Arc<Endpoint>>;
@@ -472,7 +476,7 @@ impl Balancer {
             }
             None => pool,
         };
-        let tried: Vec<bool> = pool
+        let tried: SmallVec<[bool; 4]> = pool
             .iter()
             .map(|e| tried.iter().any(|t| **t == *e.url))
             .collect();
@@ -605,9 +609,9 @@ impl Balancer {
 /// The members of `pool` (and their candidates) that `keep` marks.
 fn kept(
     pool: &[Arc<Endpoint>],
-    candidates: Vec<Candidate>,
+    candidates: Candidates,
     keep: &[bool],
-) -> (Vec<Arc<Endpoint>>, Vec<Candidate>) {
+) -> (Vec<Arc<Endpoint>>, Candidates) {
     let members = pool
         .iter()
         .zip(keep)

@@ -7,11 +7,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use smallvec::SmallVec;
 use tokio::time::Instant;
 use tonic::Request;
 
 use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
+use super::running::Running;
 use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
 use crate::endpoint::{Endpoint, InFlight};
@@ -40,15 +41,18 @@ enum Event<T> {
     Timer(Timer),
 }
 
-/// Attempts in flight, and which member each went to.
-struct Attempts<F> {
-    running: FuturesUnordered<F>,
-    members: Vec<(AttemptId, Arc<Endpoint>, Instant)>,
+/// Members a call went to (by URL), inline up to a cluster's usual size: no allocation for a
+/// call's bookkeeping unless it tries more members than that.
+pub(super) type Tried = SmallVec<[Arc<str>; 4]>;
+
+/// Which member each attempt in flight went to, and when.
+struct Attempts {
+    members: SmallVec<[(AttemptId, Arc<Endpoint>, Instant); 2]>,
     /// Members this call went to (by URL), so that retries and hedges go elsewhere.
-    tried: Vec<Arc<str>>,
+    tried: Tried,
 }
 
-impl<F: Future> Attempts<F> {
+impl Attempts {
     fn member(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
         self.members
             .iter()
@@ -97,7 +101,7 @@ impl Transport {
         &self,
         route: Route,
         target: &Target,
-        tried: &mut Vec<Arc<str>>,
+        tried: &mut Tried,
         failed: Option<&str>,
     ) -> Result<Arc<Endpoint>> {
         let all = self.balancer.endpoints();
@@ -199,11 +203,12 @@ impl Transport {
             }
         };
         let mut attempts = Attempts {
-            running: FuturesUnordered::new(),
-            members: Vec::new(),
+            members: SmallVec::new(),
             // Members that said lately they lack the method count as tried: the last choice.
-            tried: self.methods.refusing(rpc, &self.balancer.endpoints()),
+            tried: SmallVec::from_vec(self.methods.refusing(rpc, &self.balancer.endpoints())),
         };
+        let first_slot = std::pin::pin!(None);
+        let mut running = Running::new(first_slot);
 
         self.await_leader(route, plan.deadline()).await;
         let first = self.pick(route, &target, &attempts.tried)?;
@@ -211,12 +216,12 @@ impl Transport {
         let id = plan.launched_to(Instant::now(), false, paced(&first));
         self.counters.add(Count::Attempt);
         attempts.members.push((id, first.clone(), Instant::now()));
-        attempts.running.push(launch(id, first));
+        running.push(launch(id, first));
 
         loop {
             let timer = plan.next_timer();
             let event = tokio::select! {
-                Some(answer) = attempts.running.next() => Event::Answer(answer),
+                Some(answer) = running.next() => Event::Answer(answer),
                 () = sleep_until(timer.map(|(at, _)| at)) => Event::Timer(timer.expect("armed").1),
             };
             let step = match event {
@@ -267,7 +272,7 @@ impl Transport {
                                         answer.ep.clone(),
                                         Instant::now(),
                                     ));
-                                    attempts.running.push(launch(again, answer.ep));
+                                    running.push(launch(again, answer.ep));
                                     continue;
                                 }
                                 step => step,
@@ -278,7 +283,7 @@ impl Transport {
                 Event::Timer(Timer::Limit(id)) => {
                     // Only stream opens have a limit, and they run one attempt at a time:
                     // abandoning it means dropping every attempt.
-                    attempts.running.clear();
+                    running.clear();
                     if let Some(ep) = attempts.member(id).cloned() {
                         self.learn(&ep, &Error::Timeout);
                     }
@@ -345,7 +350,7 @@ impl Transport {
                     attempts.tried.push(next.url.clone());
                     let id = plan.launched_to(Instant::now(), false, paced(&next));
                     attempts.members.push((id, next.clone(), Instant::now()));
-                    attempts.running.push(launch(id, next));
+                    running.push(launch(id, next));
                 }
                 Step::Retry { after, error } => {
                     match self.leader_wait(route, plan.deadline()) {
@@ -371,7 +376,7 @@ impl Transport {
                     self.counters.add(Count::Attempt);
                     let id = plan.launched_to(Instant::now(), false, paced(&next));
                     attempts.members.push((id, next.clone(), Instant::now()));
-                    attempts.running.push(launch(id, next));
+                    running.push(launch(id, next));
                 }
             }
         }

@@ -12,6 +12,7 @@ mod headed;
 mod members;
 mod options;
 pub(crate) mod plan;
+mod running;
 pub(crate) mod stats;
 mod streams;
 pub(crate) mod supervise;
