@@ -7,11 +7,11 @@
 
 mod leader;
 mod pick;
+mod pool;
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use smallvec::SmallVec;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -24,9 +24,7 @@ use crate::error::{Error, Result};
 use crate::revisions::Revisions;
 use crate::rpc::Route;
 use crate::token::TokenCell;
-
-/// The candidates of one pick, inline for a cluster's usual size (no allocation per call).
-type Candidates = SmallVec<[Candidate; 4]>;
+use pool::{Candidates, avoid_suspected, kept};
 
 pub(crate) use leader::LeaderView;
 pub use pick::{Candidate, LeaderFirst, PickPolicy};
@@ -476,7 +474,7 @@ impl Balancer {
             }
             None => pool,
         };
-        let tried: SmallVec<[bool; 4]> = pool
+        let tried: pool::Flags = pool
             .iter()
             .map(|e| tried.iter().any(|t| **t == *e.url))
             .collect();
@@ -604,54 +602,6 @@ impl Balancer {
             }
         }
     }
-}
-
-/// The members of `pool` (and their candidates) that `keep` marks.
-fn kept(
-    pool: &[Arc<Endpoint>],
-    candidates: Candidates,
-    keep: &[bool],
-) -> (Vec<Arc<Endpoint>>, Candidates) {
-    let members = pool
-        .iter()
-        .zip(keep)
-        .filter(|(_, k)| **k)
-        .map(|(e, _)| e.clone())
-        .collect();
-    let candidates = candidates
-        .into_iter()
-        .zip(keep)
-        .filter(|(_, k)| **k)
-        .map(|(c, _)| c)
-        .collect();
-    (members, candidates)
-}
-
-/// Which members of `pool` a call on `route` may go to when some are suspected of stalling:
-/// all but the suspected ones, when a healthy member that is not suspected remains; `None` when
-/// nothing is to be filtered (the common case: no copy is made).
-///
-/// Only calls any member serves ([`Route::Any`]: serializable reads, status, watches) avoid a
-/// suspected member. A leader-bound call sent elsewhere is forwarded to the leader anyway, so
-/// avoiding a suspected leader would buy nothing when it is frozen and would add a hop to every
-/// write on a false alarm; the leader keeps its fixed timers (two late answers eject it).
-fn avoid_suspected(
-    route: Route,
-    pool: &[Arc<Endpoint>],
-    candidates: &[Candidate],
-) -> Option<Vec<bool>> {
-    if route != Route::Any {
-        return None;
-    }
-    let suspected: Vec<bool> = pool.iter().map(|e| e.is_suspected()).collect();
-    if !suspected.contains(&true) {
-        return None;
-    }
-    let alternative = candidates
-        .iter()
-        .zip(&suspected)
-        .any(|(c, s)| !s && c.state == HealthState::Healthy);
-    alternative.then(|| suspected.iter().map(|s| !s).collect())
 }
 
 impl ProbeSink for Balancer {

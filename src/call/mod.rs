@@ -56,6 +56,7 @@ const LEADER_NUDGE: Duration = Duration::from_millis(20);
 
 pub(crate) use headed::Headed;
 pub(crate) use options::{CallOptions, call_option_methods};
+pub(crate) use plan::wants_login;
 
 /// Where a call goes.
 #[derive(Clone, Debug, Default)]
@@ -523,17 +524,4 @@ fn balancer_config(options: &Options) -> Result<BalancerConfig> {
             .map(|_| Arc::new(TokenCell::default())),
         revisions: Arc::default(),
     })
-}
-
-/// Whether a failed call should log in again and be retried once: etcd rejected the token
-/// (expired, or older than an auth change), or the call went without one (auth was off when the
-/// client last logged in) and etcd now wants a user.
-pub(crate) fn wants_login(err: &Error, sent_token: bool) -> bool {
-    match err {
-        Error::InvalidAuthToken | Error::AuthRequired => true,
-        // Without a token, `--client-cert-auth` makes the certificate's CN the user; its denial
-        // says nothing about what our own user may do.
-        Error::PermissionDenied => !sent_token,
-        _ => false,
-    }
 }

@@ -339,6 +339,19 @@ impl Plan {
     }
 }
 
+/// Whether a failed call should log in again and be retried once: etcd rejected the token
+/// (expired, or older than an auth change), or the call went without one (auth was off when the
+/// client last logged in) and etcd now wants a user.
+pub(crate) fn wants_login(err: &Error, sent_token: bool) -> bool {
+    match err {
+        Error::InvalidAuthToken | Error::AuthRequired => true,
+        // Without a token, `--client-cert-auth` makes the certificate's CN the user; its denial
+        // says nothing about what our own user may do.
+        Error::PermissionDenied => !sent_token,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
