@@ -274,11 +274,20 @@ impl GoClient {
 
     /// One call: `Ok` on the driver's `ok`, its error kind otherwise.
     async fn call(&self, command: &str) -> Result<(), ErrorKind> {
+        self.ask(command).await.map(drop)
+    }
+
+    /// One call whose answer carries words: those after the driver's `ok` (empty if none),
+    /// its error kind otherwise (`DriverGone` once the driver has exited).
+    pub(crate) async fn ask(&self, command: &str) -> Result<String, ErrorKind> {
         let (tx, rx) = oneshot::channel();
         self.send(command, Waiter::Once(tx));
         match rx.await {
-            Ok(answer) if answer == "ok" || answer.starts_with("ok ") => Ok(()),
-            Ok(answer) => Err(answer.strip_prefix("err ").unwrap_or(&answer).to_string()),
+            Ok(answer) if answer == "ok" => Ok(String::new()),
+            Ok(answer) => match answer.strip_prefix("ok ") {
+                Some(words) => Ok(words.to_string()),
+                None => Err(answer.strip_prefix("err ").unwrap_or(&answer).to_string()),
+            },
             Err(_) => Err("DriverGone".into()),
         }
     }

@@ -47,7 +47,7 @@ pub struct Rate {
 }
 
 /// A plain channel to `endpoint` (an `http://` URL), nothing of etcd-ha's in between.
-async fn channel(endpoint: &str) -> Result<Channel, String> {
+pub(crate) async fn channel(endpoint: &str) -> Result<Channel, String> {
     Channel::from_shared(endpoint.to_owned())
         .map_err(|e| format!("{endpoint}: {e}"))?
         .connect()

@@ -29,6 +29,7 @@
 //! trial.rs        one trial end to end: clients, loops, fault, re-election clock, read-back
 //! clients.rs      the clients behind one put/get/watch/lease interface
 //! goclient.rs     etcd's Go client (clientv3 3.6; 3.4 when named) through a driver (bench/go/)
+//! golease.rs      Go's clientv3 keeping many leases in its driver (lease-scale-bench)
 //! retry.rs        the retry loop a careful application writes around etcd-client
 //! workload.rs     one loop of calls, closed (N tasks) or open (a fixed rate), with samples
 //! election.rs     the cluster's own re-election time, from Status polls
@@ -36,6 +37,7 @@
 //! leadership.rs   the leadership probe: each client holds a leadership through the fault
 //! lease.rs        the lease probe: each client keeps a lease through the fault
 //! keepalive_limit.rs  the server's own renewal rate on bare keep-alive streams (lease-scale-bench)
+//! watch_limit.rs  the server's pace with many watchers on one bare Watch stream (watch-scale-bench)
 //! maintenance.rs  the planned-maintenance scripts: MoveLeader(s), graceful rolling restarts, drain
 //! metrics.rs      one loop's samples -> throughput, gaps, errors, recovery, latency
 //! stats.rs        repeated trials -> median / p90 / max, merged latency histograms
@@ -45,7 +47,8 @@
 //! process.rs      this process's CPU time and resident memory (overhead-bench, lease-scale-bench)
 //! callgrind.rs    instructions (callgrind's client requests) and allocations counted (call-cost)
 //! report/         the JSON (serde), CSV, SVG timelines (plotters), Markdown and tables
-//! bin/            failover-bench, overhead-bench, lease-scale-bench, cache-bench and call-cost
+//! bin/            failover-bench, overhead-bench, lease-scale-bench, watch-scale-bench, cache-bench
+//!                 and call-cost
 //! ```
 //!
 //! The partition scenario needs network namespaces (root and `ip`); the blackhole scenario
@@ -61,6 +64,7 @@ pub mod clients;
 pub mod election;
 pub mod fanout;
 pub mod goclient;
+pub mod golease;
 pub mod keepalive_limit;
 pub mod leadership;
 pub mod lease;
@@ -78,4 +82,5 @@ pub mod stats;
 pub mod trial;
 pub mod verify;
 pub mod watch;
+pub mod watch_limit;
 pub mod workload;

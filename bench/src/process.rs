@@ -34,3 +34,38 @@ pub fn status_kb(field: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// User plus system CPU time so far of this process's threads whose name starts with
+/// `prefix` (from /proc/self/task; a tokio runtime names its workers with `thread_name`), so
+/// a client on a runtime of its own is measured apart from the bench's other work.
+///
+/// ```
+/// let main = etcd_ha_bench::process::threads_cpu_time("no-such-thread");
+/// assert_eq!(main, std::time::Duration::ZERO);
+/// ```
+pub fn threads_cpu_time(prefix: &str) -> Duration {
+    // SAFETY: sysconf only reads a constant of the system.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = u64::try_from(ticks).unwrap_or(100).max(1);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ...": the name may hold spaces, so split at the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !stat[open + 1..close].starts_with(prefix) {
+            continue;
+        }
+        // After the name: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+        total += field(14).unwrap_or(0) + field(15).unwrap_or(0);
+    }
+    Duration::from_millis(total * 1000 / ticks)
+}

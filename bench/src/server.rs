@@ -34,6 +34,58 @@ pub fn resolve(version: &str) -> Result<EtcdServer, String> {
     Ok(EtcdServer { version, binary })
 }
 
+/// The binary of a run on local clusters and its version line: `--etcd-version` if given, else
+/// `ETCD_BIN`, else [`DEFAULT_VERSION`].
+///
+/// ```no_run
+/// let (binary, version) = etcd_ha_bench::server::local(None).expect("an etcd binary");
+/// println!("{version} at {}", binary.display());
+/// ```
+pub fn local(asked: Option<&str>) -> Result<(std::path::PathBuf, String), String> {
+    let binary = match (asked, std::env::var_os("ETCD_BIN")) {
+        (Some(v), _) => resolve(v)?.binary,
+        (None, Some(bin)) => bin.into(),
+        (None, None) => resolve(DEFAULT_VERSION)?.binary,
+    };
+    let output = std::process::Command::new(&binary)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("{}: {e}", binary.display()))?;
+    let version = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    Ok((binary, version))
+}
+
+/// A fresh local 3-member cluster of `binary` (members' data under `data_dir` if given, such
+/// as a tmpfs) with a leader; the leader's index.
+///
+/// ```no_run
+/// # async fn demo(binary: std::path::PathBuf) {
+/// let (cluster, leader) = etcd_ha_bench::server::three_members(&binary, None).await;
+/// println!("leader at {}", cluster.endpoint(leader));
+/// # }
+/// ```
+pub async fn three_members(
+    binary: &std::path::Path,
+    data_dir: Option<&std::path::Path>,
+) -> (etcd_ha::testkit::Cluster, usize) {
+    let mut builder = etcd_ha::testkit::Cluster::builder()
+        .members(3)
+        .etcd_bin(binary);
+    if let Some(dir) = data_dir {
+        builder = builder.data_dir_in(dir);
+    }
+    let cluster = builder.start().await.expect("a 3-member etcd cluster");
+    let leader = cluster
+        .leader(std::time::Duration::from_secs(30))
+        .await
+        .expect("a leader");
+    (cluster, leader)
+}
+
 /// The server of a run that names none (no `--etcd-version`, no `ETCD_BIN`): 3.6's latest
 /// patch, what most users run (Kubernetes' default).
 pub const DEFAULT_VERSION: &str = "3.6.16";

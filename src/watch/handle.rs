@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::hub::HubTask;
 use super::managed::{BUFFER, Control, WatchBatch, WatchStream};
+use super::now::ClusterNow;
 use crate::call::Transport;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::WatchCreateRequest;
@@ -76,12 +77,16 @@ pub(super) struct NewWatch {
 /// (it panicked on something unforeseen), so that one failure does not leave every later
 /// managed watch, election and lock of the client failing with `Shutdown`.
 #[derive(Debug, Default)]
-pub(crate) struct HubCell(Mutex<Option<Hub>>);
+pub(crate) struct HubCell {
+    hub: Mutex<Option<Hub>>,
+    /// The cluster's "now", read once for the watches from now asked for together.
+    pub(crate) now: ClusterNow,
+}
 
 impl HubCell {
     /// The hub now, if one was started (it may have ended).
     pub(crate) fn get(&self) -> Option<Hub> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.hub.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -89,7 +94,7 @@ impl Hub {
     /// The hub of `transport`: the running one, or a new one on first use or after the last
     /// one's task ended (its command channel is closed then).
     pub(crate) fn of(cell: &HubCell, transport: &Arc<Transport>) -> Hub {
-        let mut hub = cell.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut hub = cell.hub.lock().unwrap_or_else(|e| e.into_inner());
         match &*hub {
             Some(running) if !running.inner.commands.is_closed() => running.clone(),
             ended => {
@@ -227,7 +232,7 @@ mod tests {
                 endpoint: Mutex::new(None),
             }),
         };
-        *cell.0.lock().unwrap() = Some(dead.clone());
+        *cell.hub.lock().unwrap() = Some(dead.clone());
         let again = Hub::of(&cell, &transport);
         assert!(!Arc::ptr_eq(&again.inner, &dead.inner), "a new hub");
         assert!(!again.inner.commands.is_closed(), "and it runs");

@@ -6,9 +6,9 @@
 //! `hub.rs` the task that owns the shared stream; `resume.rs` where a watch resumes (pure);
 //! `progress.rs` the liveness and progress rules (pure); `lag.rs` the rule that moves the
 //! stream off a member that falls behind the client's revisions at its own pace (pure);
-//! `relogin.rs` what an auth refusal of a
-//! create does to the stream. This file is the service and the
-//! options.
+//! `relogin.rs` what an auth refusal of a create does to the stream; `now.rs` the one
+//! quorum read that watches from now asked for together share. This file is the service and
+//! the options.
 
 mod calls;
 mod dispatch;
@@ -17,6 +17,7 @@ mod hub;
 mod lag;
 mod link;
 mod managed;
+mod now;
 mod probe;
 mod progress;
 mod raw;
@@ -189,10 +190,14 @@ impl Watch {
             // suite) nor this client's last answer (which can be old: starting right after it
             // replayed every write since). Nothing at or below the read's revision is
             // delivered.
-            let now = Kv::new(self.transport.clone(), None)
-                .get(create.key.clone(), GetOptions::new().with_count_only())
-                .await?;
-            cluster_now = now.header.map_or(0, |h| h.revision);
+            // One read serves every watch asked for while it is on its way (`now.rs`).
+            let read = || async {
+                let now = Kv::new(self.transport.clone(), None)
+                    .get(create.key.clone(), GetOptions::new().with_count_only())
+                    .await?;
+                Ok(now.header.map_or(0, |h| h.revision))
+            };
+            cluster_now = self.hub.now.get(read).await?;
         }
         let floor = self.transport.revisions.seen().max(cluster_now);
         let mut stream = Hub::of(&self.hub, &self.transport)

@@ -1,6 +1,7 @@
 // Command clientv3driver runs etcd's Go client (clientv3 3.6, go.etcd.io/etcd/client/v3, built
-// in module mode from go.mod here) for the failover benchmark. bench/go/src/etcdhabench/ holds
-// the same driver for clientv3 3.4 (Debian's GOPATH sources); the two differ only in their
+// in module mode from go.mod here) for the failover benchmark, and for lease-scale-bench
+// (leases.go, which only this driver has). bench/go/src/etcdhabench/ holds the same driver for
+// clientv3 3.4 (Debian's GOPATH sources); apart from leases.go the two differ only in their
 // import paths and in how they learn their client's version, and speak the same protocol, so
 // bench/src/goclient.rs drives either. The Rust side sends one command per line on stdin and
 // reads one answer per line on stdout, tagged with the command's id, so that any number of
@@ -15,6 +16,9 @@
 //	<id> lease <ttl_seconds>    -> <id> granted <lease_id>, <id> renewed <ttl> ..., <id> end <reason>
 //	<id> alive <lease_id>       -> <id> ok <remaining_ttl> | <id> err <kind>
 //	<id> elect <key>            -> <id> elected, <id> lost <reason>, <id> elected, ... (forever)
+//
+// and, in this driver only, the lease-scale commands of leases.go (leases, leases-status,
+// leases-sample, usage).
 //
 // The client is configured as a careful Go user would: a dial timeout, HTTP/2 keepalive at
 // the shortest interval etcd accepts, and the caller's deadline on every call (a context).
@@ -44,6 +48,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -115,6 +120,9 @@ func main() {
 		TLS:                  a.tls,
 		Username:             a.user,
 		Password:             a.password,
+		// Only notes where LeaseKeepAlive streams go (leases.go): lease-scale-bench faults
+		// the member serving clientv3's one keep-alive stream.
+		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(recordLeaseStream)},
 	})
 	if err != nil {
 		// clientv3's errors name the endpoint and the cause, never the password.
@@ -128,7 +136,7 @@ func main() {
 	in.Buffer(make([]byte, 1<<16), 1<<20)
 	for in.Scan() {
 		f := strings.Fields(in.Text())
-		if len(f) < 3 {
+		if len(f) < 2 {
 			fmt.Fprintln(os.Stderr, "bad command:", in.Text())
 			continue
 		}
@@ -165,14 +173,14 @@ func run(cli *clientv3.Client, deadline time.Duration, id string, args []string)
 			opts = append(opts, clientv3.WithSerializable())
 		}
 		answer(id, func() error { _, err := cli.Get(ctx, args[1], opts...); return err }())
-	case args[0] == "watch":
+	case args[0] == "watch" && len(args) == 2:
 		watch(cli, id, args[1])
-	case args[0] == "lease":
+	case args[0] == "lease" && len(args) == 2:
 		ttl, _ := strconv.ParseInt(args[1], 10, 64)
 		lease(cli, deadline, id, ttl)
-	case args[0] == "elect":
+	case args[0] == "elect" && len(args) == 2:
 		elect(cli, id, args[1])
-	case args[0] == "alive":
+	case args[0] == "alive" && len(args) == 2:
 		lid, _ := strconv.ParseInt(args[1], 10, 64)
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
@@ -182,6 +190,20 @@ func run(cli *clientv3.Client, deadline time.Duration, id string, args []string)
 			return
 		}
 		say("%s ok %d", id, r.TTL)
+	case args[0] == "leases" && len(args) == 3:
+		n, errN := strconv.ParseInt(args[1], 10, 64)
+		ttl, errTTL := strconv.ParseInt(args[2], 10, 64)
+		if errN != nil || errTTL != nil || n < 0 || ttl <= 0 {
+			say("%s err BadCommand", id)
+			return
+		}
+		grantLeases(cli, deadline, id, n, ttl)
+	case args[0] == "leases-status" && len(args) == 2:
+		leasesStatus(id, args[1])
+	case args[0] == "leases-sample" && len(args) == 3:
+		leasesSample(id, args[1], args[2])
+	case args[0] == "usage" && len(args) == 1:
+		usage(id)
 	default:
 		say("%s err BadCommand", id)
 	}

@@ -1,26 +1,32 @@
 //! How many leases one client keeps, next to what the server itself can renew: the server's
 //! limit first (keep-alives pipelined on bare `LeaseKeepAlive` streams, no keeper), then
-//! etcd-ha's keeper (and, with `--clients`, the etcd-client crate with a keep-alive task per
-//! lease, as its docs show) holding 1,000 to 100,000 leases on a fresh 3-member cluster each,
-//! with no fault and through faults of the member serving the keep-alive stream (issue 20).
+//! etcd-ha's keeper holding 1,000 to 100,000 leases on a fresh 3-member cluster each, with no
+//! fault and through faults of the member serving the keep-alive stream (issue 20). With
+//! `--clients`, also the etcd-client crate (`etcd-client`: a keep-alive task per lease, as its
+//! docs show) and Go's clientv3 3.6 (`go-clientv3`: one Go process, each lease kept by
+//! clientv3's own `KeepAlive` as a Go service does; see `etcd_ha_bench::golease`; it needs Go,
+//! and the first build fetches clientv3 from the Go module proxy).
 //!
 //! ```text
 //! PROTOC=$(scripts/protoc-path) cargo run --release -p etcd-ha-bench --bin lease-scale-bench  # ~3 min
 //! ... --bin lease-scale-bench -- --counts 10000,30000 --ttl 30 --faults kill,freeze,kill-follower \
-//!     --clients etcd-ha,etcd-client --load 256 --data-dir /dev/shm
+//!     --clients etcd-ha,etcd-client,go-clientv3 --load 256 --data-dir /dev/shm
 //! ```
 //!
 //! For each client and count: the leases are granted 64 at a time; then two TTLs with no
 //! fault, two TTLs per fault, then one TTL after the member is healed (a thawed leader, a
 //! restarted member catching up).
 //! Each phase reports the leases lost so far (etcd-ha: `KeptLease::lost`'s verdict; etcd-client:
-//! no answered renewal for a TTL, or the server's "gone"), the most at risk at once (less than a
-//! third of the TTL left), renewals answered per second against those due (a third of the TTL
-//! each), and, with `--load`, the puts per second of callers sharing the client. Then this
+//! no answered renewal for a TTL, or the server's "gone"; go-clientv3: the keep-alive channel
+//! closed, or no renewal answered for a TTL), the most at risk at once (less than a third of
+//! the TTL left), renewals answered per second against those due (a third of the TTL each),
+//! and, with `--load`, the puts per second of callers sharing the client. Then the keeping
 //! process's CPU time per renewal in the quiet phase (`getrusage`; the members are other
-//! processes), resident memory per lease, and a sample of the leases the client still holds,
-//! asked of the server (`LeaseTimeToLive`): each must be alive there.
+//! processes; for go-clientv3 the Go process's, not this one's), its resident memory per lease,
+//! and a sample of the leases the client still holds, asked of the server (`LeaseTimeToLive`,
+//! through the client itself): each must be alive there.
 
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -28,6 +34,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use etcd_ha::testkit::Cluster;
 use etcd_ha::{Client, KeptLease, Options, PutOptions};
+use etcd_ha_bench::goclient::{self, Driver};
+use etcd_ha_bench::golease::GoLeases;
 use etcd_ha_bench::keepalive_limit::{self, Rate};
 use etcd_ha_bench::process::{cpu_time, status_kb};
 use futures_util::StreamExt;
@@ -75,12 +83,17 @@ enum Who {
     /// The etcd-client crate: `lease_keep_alive` per lease, each renewed every TTL/3 by a task
     /// of its own, reopened on error (what a careful application writes).
     EtcdClient,
+    /// Go's clientv3 3.6 in a driver process of its own: `KeepAlive` per lease, every lease on
+    /// clientv3's one keep-alive stream (placed by gRPC's round-robin balancer).
+    #[value(name = "go-clientv3")]
+    GoClientv3,
 }
 
 /// A fault of the phase after the quiet one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Fault {
-    /// SIGKILL of the member serving the keep-alive stream (etcd-client: the leader).
+    /// SIGKILL of the member serving the keep-alive stream (etcd-client: the leader;
+    /// go-clientv3: its stream's member, as the driver saw the stream open).
     Kill,
     /// SIGSTOP of that member for the phase.
     Freeze,
@@ -116,6 +129,8 @@ enum Leases {
     Ha(Client, Vec<KeptLease>),
     /// Boxed: etcd-client's client is large.
     Ec(Box<EcLeases>),
+    /// Kept in a Go process, which counts them.
+    Go(GoLeases),
 }
 
 /// etcd-client's leases: for each, when the send of its last answered renewal was (ms since
@@ -132,16 +147,23 @@ struct EcLeases {
 }
 
 impl Leases {
-    fn renewals(&self) -> u64 {
+    async fn renewals(&self) -> u64 {
         match self {
             Leases::Ha(_, leases) => leases.iter().map(KeptLease::renewals).sum(),
             Leases::Ec(ec) => ec.renewals.load(Ordering::Relaxed),
+            // A driver that is gone renews nothing: 0, which the phases subtract saturating.
+            Leases::Go(go) => go.status().await.map_or(0, |s| s.renewals),
         }
     }
 
     /// (lost, at risk) now.
-    fn lost_and_at_risk(&self) -> (usize, usize) {
+    async fn lost_and_at_risk(&self) -> (usize, usize) {
         match self {
+            // A driver that is gone keeps none of its leases.
+            Leases::Go(go) => go
+                .status()
+                .await
+                .map_or((go.granted(), 0), |s| (s.lost, s.at_risk)),
             Leases::Ha(client, leases) => (
                 leases.iter().filter(|l| l.is_expired()).count(),
                 client.keeper().leases_at_risk(),
@@ -163,8 +185,30 @@ impl Leases {
         }
     }
 
+    /// The keeping process's CPU time and resident memory in KiB: this process for the
+    /// in-process clients, the driver for go-clientv3 (`None` once it is gone).
+    async fn usage(&self) -> Option<(Duration, u64)> {
+        match self {
+            Leases::Go(go) => go.usage().await.ok().map(|u| (u.cpu, u.rss_kb)),
+            Leases::Ha(..) | Leases::Ec(_) => Some((cpu_time(), status_kb("VmRSS").unwrap_or(0))),
+        }
+    }
+
     /// Up to 200 leases the client believes alive, asked of the server: (alive there, asked).
     async fn server_sample(&self) -> (usize, usize) {
+        if let Leases::Go(go) = self {
+            // The driver picks the sample (a walk of its leases) and asks through clientv3.
+            let Ok(ids) = go.sample(200).await else {
+                return (0, 0);
+            };
+            let mut on_server = 0;
+            for &id in &ids {
+                if go.time_to_live(id).await.is_ok_and(|t| t > 0) {
+                    on_server += 1;
+                }
+            }
+            return (on_server, ids.len());
+        }
         let alive: Vec<i64> = match self {
             Leases::Ha(_, leases) => leases
                 .iter()
@@ -181,6 +225,8 @@ impl Leases {
                     .map(|i| ec.ids[i])
                     .collect()
             }
+            // Asked above.
+            Leases::Go(_) => Vec::new(),
         };
         let step = (alive.len() / 200).max(1);
         let (mut on_server, mut asked) = (0, 0);
@@ -200,6 +246,8 @@ impl Leases {
                     .await
                     .map(|r| r.ttl())
                     .ok(),
+                // Asked above.
+                Leases::Go(_) => None,
             };
             if ttl.is_some_and(|t| t > 0) {
                 on_server += 1;
@@ -208,8 +256,9 @@ impl Leases {
         (on_server, asked)
     }
 
-    /// The member whose faults hit the keep-alive streams: etcd-ha's stream member, or for
-    /// etcd-client (streams spread round-robin) the leader.
+    /// The member whose faults hit the keep-alive streams: etcd-ha's stream member, clientv3's
+    /// one stream's member (as the driver saw it open), or for etcd-client (streams spread
+    /// round-robin) the leader.
     async fn stream_member(&self, cluster: &Cluster) -> usize {
         let leader = cluster
             .leader(Duration::from_secs(30))
@@ -220,6 +269,14 @@ impl Leases {
                 let url = client.keeper().stream_endpoint();
                 (0..cluster.len())
                     .find(|&i| url.as_deref() == Some(&cluster.endpoint(i)))
+                    .unwrap_or(leader)
+            }
+            Leases::Go(go) => {
+                let stream = go.status().await.ok().and_then(|s| s.stream);
+                // The driver sees the member's address; the cluster names it by its URL.
+                let address = |url: String| url.split_once("://").map(|(_, a)| a.to_owned());
+                (0..cluster.len())
+                    .find(|&i| stream.is_some() && address(cluster.endpoint(i)) == stream)
                     .unwrap_or(leader)
             }
             Leases::Ec(_) => leader,
@@ -237,16 +294,7 @@ impl Drop for EcLeases {
 
 /// A fresh 3-member cluster with a leader; the leader's index.
 async fn cluster(args: &Args, binary: &std::path::Path) -> (Cluster, usize) {
-    let mut builder = Cluster::builder().members(3).etcd_bin(binary);
-    if let Some(dir) = &args.data_dir {
-        builder = builder.data_dir_in(dir);
-    }
-    let cluster = builder.start().await.expect("a 3-member etcd cluster");
-    let leader = cluster
-        .leader(Duration::from_secs(30))
-        .await
-        .expect("a leader");
-    (cluster, leader)
+    etcd_ha_bench::server::three_members(binary, args.data_dir.as_deref()).await
 }
 
 /// The server's limit: bare streams to the leader and to a follower.
@@ -366,6 +414,17 @@ async fn grant_ec(cluster: &Cluster, count: usize, ttl: Duration) -> (Leases, us
     (Leases::Ec(Box::new(leases)), errors)
 }
 
+/// Grant `count` leases with Go's clientv3 in a driver process, 64 at a time, each kept by
+/// clientv3's `KeepAlive` from its grant on; why not, if the driver cannot run.
+async fn grant_go(
+    cluster: &Cluster,
+    count: usize,
+    ttl: Duration,
+) -> Result<(Leases, usize), String> {
+    let (leases, failed) = GoLeases::grant(&cluster.endpoints(), count, ttl).await?;
+    Ok((Leases::Go(leases), failed))
+}
+
 /// One etcd-client lease kept by a task of its own: a keep-alive stream, a renewal every TTL/3
 /// (each answer awaited at most TTL/3), the stream opened again after an error, with backoff.
 /// `answered(Some(sent))` on each renewal (its send time since `epoch`), `answered(None)` once
@@ -444,6 +503,18 @@ impl Load {
                             }
                         })
                     }
+                    Leases::Go(go) => {
+                        let client = go.client().clone();
+                        tokio::spawn(async move {
+                            loop {
+                                if client.put(key.as_bytes(), &value).await.is_ok() {
+                                    puts.fetch_add(1, Ordering::Relaxed);
+                                } else {
+                                    sleep(Duration::from_millis(10)).await;
+                                }
+                            }
+                        })
+                    }
                 }
             })
             .collect();
@@ -472,19 +543,19 @@ async fn hold(name: String, leases: &Leases, load: &Load, hold: Duration) -> Pha
 
 /// What `hold` measures.
 async fn measure(name: String, leases: &Leases, load: &Load, hold: Duration) -> Phase {
-    let (renewals, puts) = (leases.renewals(), load.puts.load(Ordering::Relaxed));
+    let (renewals, puts) = (leases.renewals().await, load.puts.load(Ordering::Relaxed));
     let end = Instant::now() + hold;
     let mut most_at_risk = 0;
     while Instant::now() < end {
-        most_at_risk = most_at_risk.max(leases.lost_and_at_risk().1);
+        most_at_risk = most_at_risk.max(leases.lost_and_at_risk().await.1);
         sleep(Duration::from_millis(100)).await;
     }
     let secs = hold.as_secs_f64();
     Phase {
         name,
-        lost: leases.lost_and_at_risk().0,
+        lost: leases.lost_and_at_risk().await.0,
         most_at_risk,
-        renewals_per_s: (leases.renewals() - renewals) as f64 / secs,
+        renewals_per_s: leases.renewals().await.saturating_sub(renewals) as f64 / secs,
         puts_per_s: (load.puts.load(Ordering::Relaxed) - puts) as f64 / secs,
     }
 }
@@ -496,8 +567,13 @@ fn fault_name(fault: Fault) -> String {
         .map_or_else(|| format!("{fault:?}"), |v| v.get_name().to_owned())
 }
 
-/// One client and count on a fresh cluster.
-async fn keep(args: &Args, binary: &std::path::Path, who: Who, count: usize) -> Row {
+/// One client and count on a fresh cluster; why not, if the client cannot run.
+async fn keep(
+    args: &Args,
+    binary: &std::path::Path,
+    who: Who,
+    count: usize,
+) -> Result<Row, String> {
     let (mut cluster, _) = cluster(args, binary).await;
     let ttl = Duration::from_secs(args.ttl);
     let rss_before = status_kb("VmRSS").unwrap_or(0);
@@ -505,17 +581,29 @@ async fn keep(args: &Args, binary: &std::path::Path, who: Who, count: usize) -> 
     let (leases, grant_errors) = match who {
         Who::EtcdHa => grant_ha(&cluster, count, ttl).await,
         Who::EtcdClient => grant_ec(&cluster, count, ttl).await,
+        Who::GoClientv3 => grant_go(&cluster, count, ttl).await?,
     };
     let grant = started.elapsed();
-    let kib_per_lease =
-        status_kb("VmRSS").unwrap_or(0).saturating_sub(rss_before) as f64 / count.max(1) as f64;
+    // The Go driver's memory counts from its own start, before it granted.
+    let rss_before = match &leases {
+        Leases::Go(go) => go.rss_at_start_kb(),
+        Leases::Ha(..) | Leases::Ec(_) => rss_before,
+    };
+    let rss_after = leases.usage().await.map_or(0, |(_, kb)| kb);
+    let kib_per_lease = rss_after.saturating_sub(rss_before) as f64 / count.max(1) as f64;
     let load = Load::start(&leases, args.load);
 
-    let cpu = cpu_time();
-    let renewals = leases.renewals();
+    let cpu = leases.usage().await;
+    let renewals = leases.renewals().await;
     let quiet = hold("no fault".into(), &leases, &load, 2 * ttl).await;
-    let cpu_per_renewal_us = cpu_time().saturating_sub(cpu).as_secs_f64() * 1e6
-        / (leases.renewals() - renewals).max(1) as f64;
+    let renewed = leases.renewals().await.saturating_sub(renewals).max(1);
+    let cpu_per_renewal_us = match (cpu, leases.usage().await) {
+        (Some((before, _)), Some((after, _))) => {
+            after.saturating_sub(before).as_secs_f64() * 1e6 / renewed as f64
+        }
+        // The Go driver is gone: no figure rather than a wrong one.
+        _ => f64::NAN,
+    };
     let mut phases = vec![quiet];
     for &fault in &args.faults {
         let stream = leases.stream_member(&cluster).await;
@@ -564,7 +652,7 @@ async fn keep(args: &Args, binary: &std::path::Path, who: Who, count: usize) -> 
     }
     drop(load);
     let server_sample = leases.server_sample().await;
-    Row {
+    Ok(Row {
         who,
         count,
         grant,
@@ -573,36 +661,13 @@ async fn keep(args: &Args, binary: &std::path::Path, who: Who, count: usize) -> 
         cpu_per_renewal_us,
         kib_per_lease,
         server_sample,
-    }
+    })
 }
 
 /// The etcd binary of the run and its version line.
 fn server(args: &Args) -> (std::path::PathBuf, String) {
-    let binary = match (&args.etcd_version, std::env::var_os("ETCD_BIN")) {
-        (Some(v), _) => {
-            etcd_ha_bench::server::resolve(v)
-                .expect("the etcd server")
-                .binary
-        }
-        (None, Some(bin)) => bin.into(),
-        (None, None) => {
-            etcd_ha_bench::server::resolve(etcd_ha_bench::server::DEFAULT_VERSION)
-                .expect("the etcd server")
-                .binary
-        }
-    };
-    let version = std::process::Command::new(&binary)
-        .arg("--version")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned()
-        })
-        .unwrap_or_default();
-    (binary, version)
+    etcd_ha_bench::server::local(args.etcd_version.as_deref())
+        .unwrap_or_else(|e| panic!("the etcd server: {e}"))
 }
 
 async fn run(args: Args) {
@@ -624,7 +689,10 @@ async fn run(args: Args) {
     for &who in &args.clients {
         for &count in &args.counts {
             println!("  {who:?}: {count} leases ...");
-            rows.push(keep(&args, &binary, who, count).await);
+            match keep(&args, &binary, who, count).await {
+                Ok(row) => rows.push(row),
+                Err(why) => println!("  {who:?}: {count} leases NOT MEASURED: {why}"),
+            }
         }
     }
     println!();
@@ -667,11 +735,26 @@ async fn run(args: Args) {
     }
 }
 
-fn main() {
+fn main() -> ExitCode {
     let args = Args::parse();
+    // Go's clientv3 is built here, once, before any cluster starts; named and not buildable
+    // (no Go, no module proxy), it stops the run with the reason.
+    if args.clients.contains(&Who::GoClientv3) {
+        match goclient::prepare(Driver::Current) {
+            Ok(()) => {
+                let version = goclient::version(Driver::Current).unwrap_or_default();
+                eprintln!("go-clientv3: clientv3 {version}");
+            }
+            Err(why) => {
+                eprintln!("lease-scale-bench: go-clientv3 cannot run: {why}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime")
         .block_on(run(args));
+    ExitCode::SUCCESS
 }
