@@ -47,7 +47,12 @@ pub struct Pace {
     pub last_event_after_last_put: Duration,
     /// Events received (one per watcher is expected).
     pub events: usize,
+    /// The revision of each key's put.
+    pub revisions: Vec<i64>,
 }
+
+/// The key of watcher `i` of a measurement.
+type KeyOf = fn(usize) -> Vec<u8>;
 
 /// The key of watcher `i` of the bare measurement (apart from the managed watches' keys).
 fn key(i: usize) -> Vec<u8> {
@@ -67,16 +72,15 @@ async fn revision(kv: &mut KvClient<tonic::transport::Channel>) -> Result<i64, S
     Ok(answer.into_inner().header.map_or(0, |h| h.revision))
 }
 
-/// A task that sends a create for each of `count` keys, from `start_revision`, and keeps the
+/// A task that sends a create for key `i` from `starts[i]`, for each `i`, and keeps the
 /// request side open (dropping it would end the stream).
 fn send_creates(
     tx: mpsc::Sender<WatchRequest>,
-    count: usize,
-    key: fn(usize) -> Vec<u8>,
-    start_revision: i64,
+    key: KeyOf,
+    starts: Vec<i64>,
 ) -> tokio::task::JoinHandle<Option<mpsc::Sender<WatchRequest>>> {
     tokio::spawn(async move {
-        for i in 0..count {
+        for (i, start_revision) in starts.into_iter().enumerate() {
             let create = WatchCreateRequest {
                 key: key(i),
                 start_revision,
@@ -101,7 +105,7 @@ pub async fn bare_stream(endpoint: &str, count: usize, window: usize) -> Result<
     let now = revision(&mut kv).await?;
     let (tx, rx) = mpsc::channel(1024);
     let started = Instant::now();
-    let sender = send_creates(tx, count, key, now + 1);
+    let sender = send_creates(tx, key, vec![now + 1; count]);
     // etcd sends the stream's headers with its first answer, so the call returns only once
     // the creates are on their way.
     let mut answers = WatchClient::new(channel.clone())
@@ -132,15 +136,19 @@ pub async fn bare_stream(endpoint: &str, count: usize, window: usize) -> Result<
         .map(|i| {
             let mut kv = kv.clone();
             async move {
-                kv.put(PutRequest {
-                    key: key(i),
-                    value: b"v".to_vec(),
-                    ..PutRequest::default()
-                })
-                .await
+                let put = kv
+                    .put(PutRequest {
+                        key: key(i),
+                        value: b"v".to_vec(),
+                        ..PutRequest::default()
+                    })
+                    .await;
+                let revision = put.map(|p| p.into_inner().header.map_or(0, |h| h.revision));
+                (i, revision)
             }
         })
         .buffer_unordered(window);
+    let mut revisions = vec![0; count];
     let reading = async {
         while events < count {
             match answers.message().await {
@@ -152,7 +160,15 @@ pub async fn bare_stream(endpoint: &str, count: usize, window: usize) -> Result<
     };
     let putting = async {
         let failed = puts
-            .filter(|r| std::future::ready(r.is_err()))
+            .filter_map(|(i, r)| {
+                std::future::ready(match r {
+                    Ok(revision) => {
+                        revisions[i] = revision;
+                        None
+                    }
+                    Err(e) => Some(e),
+                })
+            })
             .count()
             .await;
         (Instant::now(), failed)
@@ -170,6 +186,7 @@ pub async fn bare_stream(endpoint: &str, count: usize, window: usize) -> Result<
         puts: last_put - put_started,
         last_event_after_last_put: last_event.saturating_duration_since(last_put),
         events,
+        revisions,
     })
 }
 
@@ -186,21 +203,49 @@ pub struct Resume {
     pub events: usize,
 }
 
+/// Where the watchers of a bare resume start.
+#[derive(Clone, Copy, Debug)]
+pub enum ResumeFrom<'a> {
+    /// Every one from the revision before the puts (keys of their own).
+    Before,
+    /// Watcher `i` on the key of [`bare_stream`]'s watcher `i`, from after its put there (the
+    /// revision in [`Pace::revisions`]): as a client resumes watches whose last events are
+    /// spread over that many revisions.
+    Own(&'a [i64]),
+}
+
 /// The floor of a resume: create `count` watchers on one bare stream to `endpoint`, each from
-/// the revision before the puts start (as a client resumes its watches after losing their
-/// stream), while one put per key runs (`window` in flight). etcd syncs watchers whose start
-/// revision is past in batches, each reading the history from the batch's oldest revision,
-/// so this is what any client's resume of that many watches meets under that write load.
-pub async fn bare_resume(endpoint: &str, count: usize, window: usize) -> Result<Resume, String> {
+/// a past revision (as a client resumes its watches after losing their stream), while one put
+/// per key runs (`window` in flight). etcd syncs watchers whose start revision is past in
+/// batches of 512, each reading the history from the batch's oldest revision, so this is what
+/// any client's resume of that many watches meets under that write load.
+pub async fn bare_resume(
+    endpoint: &str,
+    count: usize,
+    from: ResumeFrom<'_>,
+    window: usize,
+) -> Result<Resume, String> {
     if count == 0 {
         return Err("no watchers to resume".to_owned());
     }
     let channel = channel(endpoint).await?;
     let mut kv = KvClient::new(channel.clone());
-    let from = revision(&mut kv).await?;
-    fn key(i: usize) -> Vec<u8> {
+    let now = revision(&mut kv).await?;
+    fn resume_key(i: usize) -> Vec<u8> {
         format!("resume/{i:06}").into_bytes()
     }
+    let (key, starts): (KeyOf, Vec<i64>) = match from {
+        ResumeFrom::Before => (resume_key, vec![now + 1; count]),
+        ResumeFrom::Own(revisions) if revisions.len() == count => {
+            (key, revisions.iter().map(|r| r + 1).collect())
+        }
+        ResumeFrom::Own(revisions) => {
+            return Err(format!(
+                "{} revisions for {count} watchers",
+                revisions.len()
+            ));
+        }
+    };
     let epoch = Instant::now();
     let acked: Arc<Vec<AtomicU64>> = Arc::new((0..count).map(|_| Default::default()).collect());
     let putting = {
@@ -229,7 +274,7 @@ pub async fn bare_resume(endpoint: &str, count: usize, window: usize) -> Result<
         })
     };
     let (tx, rx) = mpsc::channel(1024);
-    let sender = send_creates(tx, count, key, from + 1);
+    let sender = send_creates(tx, key, starts);
     let mut answers = WatchClient::new(channel)
         .watch(ReceiverStream::new(rx))
         .await
@@ -244,7 +289,8 @@ pub async fn bare_resume(endpoint: &str, count: usize, window: usize) -> Result<
                     let us = epoch.elapsed().as_micros() as u64;
                     for event in answer.events {
                         let i = event.kv.and_then(|kv| {
-                            std::str::from_utf8(kv.key.get(7..)?).ok()?.parse().ok()
+                            let name = std::str::from_utf8(&kv.key).ok()?;
+                            name.rsplit('/').next()?.parse().ok()
                         });
                         if let Some(i) = i.filter(|&i: &usize| i < count && seen[i] == 0) {
                             seen[i] = us;

@@ -4,11 +4,10 @@
 
 use std::sync::atomic::Ordering;
 
-use tokio::sync::mpsc::error::TrySendError;
-
+use super::buffer::Refused;
 use super::hub::{HubTask, State};
 use super::link::{Up, cancel_request};
-use super::managed::{BUFFER, WatchBatch};
+use super::managed::WatchBatch;
 use super::relogin::Refusal;
 use crate::error::Error;
 use crate::proto::etcdserverpb::WatchResponse;
@@ -220,7 +219,7 @@ impl HubTask {
                     transport.revisions.delivered(revision);
                 }
             }
-            Err(TrySendError::Closed(_)) => {
+            Err(Refused::Closed) => {
                 // The consumer is gone; its Remove is on the way.
                 if let State::Active { watch_id, .. } = entry.state {
                     up.ids.remove(&watch_id);
@@ -228,7 +227,7 @@ impl HubTask {
                 }
                 self.entries.remove(&key);
             }
-            Err(TrySendError::Full(_)) => {
+            Err(Refused::Full) => {
                 // The consumer is slow. Rather than stop reading the stream (which would
                 // stall every other watch on it), this watch alone is canceled on the server
                 // and resumed from its cursor once the consumer drained half its buffer.
@@ -244,7 +243,7 @@ impl HubTask {
                     "watch consumer is slow; watch paused"
                 );
                 // The consumer may have drained its buffer in the meantime.
-                let queued = BUFFER - entry.tx.capacity();
+                let queued = entry.tx.len();
                 if entry.control.should_resume(queued) {
                     self.enqueue(key);
                 }

@@ -8,8 +8,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
+use super::buffer::{BatchSender, buffer};
 use super::hub::HubTask;
-use super::managed::{BUFFER, Control, WatchBatch, WatchStream};
+use super::managed::{BUFFER, Control, WatchStream};
 use super::now::ClusterNow;
 use crate::call::Transport;
 use crate::error::{Error, Result};
@@ -66,7 +67,7 @@ pub(super) struct NewWatch {
     /// for; nothing at or below it is delivered (see [`Cursor::from_now`]).
     pub(super) floor: i64,
     /// The sending half of its buffer.
-    pub(super) tx: mpsc::Sender<Result<WatchBatch>>,
+    pub(super) tx: BatchSender,
     /// Shared with the stream's handle: pause flag, last item.
     pub(super) control: Arc<Control>,
     /// Answered with the watch's revision once the server created it.
@@ -134,7 +135,7 @@ impl Hub {
         limit: Option<Duration>,
     ) -> Result<WatchStream> {
         let key = self.inner.next_key.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(BUFFER);
+        let (tx, rx) = buffer(BUFFER);
         let (ready, answer) = oneshot::channel();
         let control = Arc::new(Control::default());
         self.inner

@@ -26,14 +26,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::buffer::{BatchSender, Refused};
 use super::handle::{Command, Inner, NewWatch};
 use super::link::{Link, cancel_request};
-use super::managed::{BUFFER, Control, WatchBatch};
+use super::managed::{Control, WatchBatch};
 use super::resume::Cursor;
 use crate::call::Transport;
 use crate::call::supervise::Supervisor;
@@ -71,7 +71,7 @@ pub(super) struct Entry {
     /// Where it stands: the revision it resumes from, fragments, dedup.
     pub(super) cursor: Cursor,
     /// Its buffer (never awaited: a full one pauses the watch).
-    pub(super) tx: mpsc::Sender<Result<WatchBatch>>,
+    pub(super) tx: BatchSender,
     /// Shared with its stream handle: pause flag, last item.
     pub(super) control: Arc<Control>,
     /// The creator's wait, until the first `created` answer.
@@ -360,15 +360,15 @@ impl HubTask {
                                 tracing::info!(revision, "watch range reloaded; resuming after it");
                                 self.enqueue(key);
                             }
-                            Err(TrySendError::Full(_)) => {
+                            Err(Refused::Full) => {
                                 // Resumed (and so reloaded again) once the consumer caught up.
                                 entry.state = State::Paused;
                                 entry.control.paused.store(true, Ordering::SeqCst);
-                                if entry.control.should_resume(BUFFER - entry.tx.capacity()) {
+                                if entry.control.should_resume(entry.tx.len()) {
                                     self.enqueue(key);
                                 }
                             }
-                            Err(TrySendError::Closed(_)) => {
+                            Err(Refused::Closed) => {
                                 self.entries.remove(&key);
                             }
                         }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures_util::Stream;
-use tokio::sync::mpsc;
 
+use super::buffer::BatchReceiver;
 use super::handle::Hub;
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
@@ -149,7 +149,7 @@ impl Control {
 /// ```
 pub struct WatchStream {
     /// The watch's buffer (bounded: [`BUFFER`]).
-    rx: mpsc::Receiver<Result<WatchBatch>>,
+    rx: BatchReceiver,
     /// Shared with the hub: pause flag and the last item.
     control: Arc<Control>,
     /// For cancel on drop and resume after a pause.
@@ -165,12 +165,7 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
-    pub(crate) fn new(
-        rx: mpsc::Receiver<Result<WatchBatch>>,
-        control: Arc<Control>,
-        hub: Hub,
-        key: u64,
-    ) -> Self {
+    pub(crate) fn new(rx: BatchReceiver, control: Arc<Control>, hub: Hub, key: u64) -> Self {
         WatchStream {
             rx,
             control,

@@ -2,7 +2,8 @@
 //! resume) and the raw bidirectional stream ([`Watch::raw`], [`Watch::open`]: create, cancel
 //! and progress requests in, watch responses out).
 //!
-//! The files: `managed.rs` is what the caller holds ([`WatchStream`], [`WatchBatch`]);
+//! The files: `managed.rs` is what the caller holds ([`WatchStream`], [`WatchBatch`]) and
+//! `buffer.rs` the batches waiting for it;
 //! `hub.rs` the task that owns the shared stream; `resume.rs` where a watch resumes (pure);
 //! `progress.rs` the liveness and progress rules (pure); `lag.rs` the rule that moves the
 //! stream off a member that falls behind the client's revisions at its own pace (pure);
@@ -10,6 +11,7 @@
 //! quorum read that watches from now asked for together share. This file is the service and
 //! the options.
 
+mod buffer;
 mod calls;
 mod dispatch;
 mod handle;

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! For each count: first the server's pace (one bare tonic `Watch` stream to the leader that
-//! creates a watcher per key, then one put per key). Then one etcd-ha client makes the managed
+//! creates a watcher per key, then one put per key), and its pace resuming that many watchers
+//! while a put per key runs: all from one past revision, and each from its own last event
+//! (spread over as many revisions, as a client's watches are after a burst of writes). Then one etcd-ha client makes the managed
 //! watches (`Watch::watch`, from now, 256 at a time) and a task per watch reads it, as an
 //! application would. A second client puts every key once per round (256 in flight; a failed
 //! put is sent again until it is acknowledged):
@@ -33,7 +35,7 @@ use clap::{Parser, ValueEnum};
 use etcd_ha::testkit::Cluster;
 use etcd_ha::{Client, Options, PutOptions, WatchBatch, WatchOptions, WatchStream};
 use etcd_ha_bench::process::{status_kb, threads_cpu_time};
-use etcd_ha_bench::watch_limit::{self, Pace, Resume};
+use etcd_ha_bench::watch_limit::{self, Pace, Resume, ResumeFrom};
 use futures_util::StreamExt;
 use tokio::time::{Instant, sleep};
 
@@ -111,11 +113,13 @@ struct Round {
 struct Row {
     count: usize,
     bare: Result<Pace, String>,
-    bare_resume: Result<Resume, String>,
+    /// From one revision, and from each watcher's own last event.
+    bare_resume: [Result<Resume, String>; 2],
     create: Duration,
     create_errors: usize,
     kib_per_watch: f64,
-    cpu_per_event_us: f64,
+    /// The watching client's CPU in the no-fault round (counted in clock ticks of 10 ms).
+    round_cpu: Duration,
     rounds: Vec<Round>,
     streams_opened: u64,
 }
@@ -301,7 +305,17 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
     let (mut cluster, leader) = cluster(args, binary).await;
     eprintln!("    the bare stream ...");
     let bare = watch_limit::bare_stream(&cluster.endpoint(leader), count, args.window).await;
-    let bare_resume = watch_limit::bare_resume(&cluster.endpoint(leader), count, args.window).await;
+    let endpoint = cluster.endpoint(leader);
+    let bare_resume = [
+        watch_limit::bare_resume(&endpoint, count, ResumeFrom::Before, args.window).await,
+        match &bare {
+            Ok(pace) => {
+                let from = ResumeFrom::Own(&pace.revisions);
+                watch_limit::bare_resume(&endpoint, count, from, args.window).await
+            }
+            Err(e) => Err(e.clone()),
+        },
+    ];
     eprintln!("    the managed watches ...");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .thread_name(WATCHING)
@@ -363,8 +377,7 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
             .round(&writer, "no fault", true, args.window, patience)
             .await,
     );
-    let cpu_per_event_us =
-        (threads_cpu_time(WATCHING) - cpu).as_secs_f64() * 1e6 / count.max(1) as f64;
+    let round_cpu = threads_cpu_time(WATCHING) - cpu;
 
     for &fault in &args.faults {
         let member = stream_member(&client, &cluster).await;
@@ -412,10 +425,18 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
         create,
         create_errors,
         kib_per_watch,
-        cpu_per_event_us,
+        round_cpu,
         rounds,
         streams_opened,
     }
+}
+
+/// CPU per event, unless the round's CPU is too small for the clock that counts it.
+fn per_event(cpu: Duration, events: usize) -> String {
+    if cpu < Duration::from_millis(100) {
+        return format!("{} ms in all, too few 10 ms ticks to divide", ms(cpu));
+    }
+    format!("{:.1} us", cpu.as_secs_f64() * 1e6 / events.max(1) as f64)
 }
 
 fn ms(d: Duration) -> String {
@@ -454,37 +475,41 @@ async fn run(args: Args) {
     }
     println!();
     println!(
-        "the server's pace resuming: a watcher per key created at the revision before a put per \
-         key, on one bare stream to the leader while the puts run"
+        "the server's pace resuming: a watcher per key created at a past revision on one bare \
+         stream to the leader while a put per key runs"
     );
     println!(
-        "{:>8} {:>20} {:>11} {:>9} {:>9}",
-        "watches", "last event (ms)", "median (ms)", "p99 (ms)", "max (ms)"
+        "{:>8} {:<28} {:>16} {:>11} {:>9} {:>9}",
+        "watches", "from", "last event (ms)", "median (ms)", "p99 (ms)", "max (ms)"
     );
     for row in &rows {
-        match &row.bare_resume {
-            Ok(r) => println!(
-                "{:>8} {:>20} {:>11} {:>9} {:>9}",
-                r.watchers,
-                ms(r.last_event),
-                ms(r.delays[0]),
-                ms(r.delays[1]),
-                ms(r.delays[2])
-            ),
-            Err(e) => println!("{:>8} failed: {e}", row.count),
+        let from = ["one revision", "each one's last event"];
+        for (from, resume) in from.iter().zip(&row.bare_resume) {
+            match resume {
+                Ok(r) => println!(
+                    "{:>8} {:<28} {:>16} {:>11} {:>9} {:>9}",
+                    r.watchers,
+                    from,
+                    ms(r.last_event),
+                    ms(r.delays[0]),
+                    ms(r.delays[1]),
+                    ms(r.delays[2])
+                ),
+                Err(e) => println!("{:>8} {:<28} failed: {e}", row.count, from),
+            }
         }
     }
     println!();
     println!("etcd-ha's managed watches, one client, a reader task per watch:");
     for row in &rows {
         println!(
-            "{:>8} watches made in {} ms ({} failed); {:.2} KiB per watch; {:.1} us CPU per \
-             event (no fault); streams opened: {}",
+            "{:>8} watches made in {} ms ({} failed); {:.2} KiB per watch; CPU per event (no \
+             fault): {}; streams opened: {}",
             row.count,
             ms(row.create),
             row.create_errors,
             row.kib_per_watch,
-            row.cpu_per_event_us,
+            per_event(row.round_cpu, row.count),
             row.streams_opened
         );
     }
