@@ -46,8 +46,10 @@
 //!                 local expiry, lost signal (state.rs: the bookkeeping; task.rs: the stream)
 //! session.rs      Session: a kept lease for recipes; done / lost / close (revokes)
 //! watch/          Watch: the managed watch (mod.rs: service and WatchOptions; managed.rs:
-//!                 WatchStream / WatchBatch; hub.rs: the task owning the one shared stream,
-//!                 failover and resume; resume.rs: resume revision, fragments, dedup;
+//!                 WatchStream / WatchBatch; buffer.rs: each watch's waiting batches;
+//!                 now.rs: one "now" read shared by watches asked for together; hub.rs:
+//!                 the task owning the one shared stream, failover and resume; resume.rs:
+//!                 resume revision, fragments, dedup;
 //!                 progress.rs: liveness and progress rules; lag.rs: leaving a member that
 //!                 falls behind the client's revisions at its own pace) and the raw stream
 //! cluster.rs      Cluster: member list / add / add learner / remove / update / promote
