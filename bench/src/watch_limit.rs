@@ -72,6 +72,39 @@ async fn revision(kv: &mut KvClient<tonic::transport::Channel>) -> Result<i64, S
     Ok(answer.into_inner().header.map_or(0, |h| h.revision))
 }
 
+/// Put `key` once; the revision of the put.
+async fn put(
+    kv: &mut KvClient<tonic::transport::Channel>,
+    key: Vec<u8>,
+) -> Result<i64, tonic::Status> {
+    let answer = kv
+        .put(PutRequest {
+            key,
+            value: b"v".to_vec(),
+            ..PutRequest::default()
+        })
+        .await?;
+    Ok(answer.into_inner().header.map_or(0, |h| h.revision))
+}
+
+/// The `q` quantile (0.0 to 1.0) of `sorted` by nearest rank; zero when it is empty.
+///
+/// ```
+/// use std::time::Duration;
+/// let ms = |n| Duration::from_millis(n);
+/// let sorted = [ms(1), ms(2), ms(3), ms(4)];
+/// assert_eq!(etcd_ha_bench::watch_limit::quantile(&sorted, 0.5), ms(3));
+/// assert_eq!(etcd_ha_bench::watch_limit::quantile(&sorted, 1.0), ms(4));
+/// assert_eq!(etcd_ha_bench::watch_limit::quantile(&[], 0.99), Duration::ZERO);
+/// ```
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    let rank = (sorted.len() as f64 * q) as usize;
+    sorted
+        .get(rank.min(sorted.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
+}
+
 /// A task that sends a create for key `i` from `starts[i]`, for each `i`, and keeps the
 /// request side open (dropping it would end the stream).
 fn send_creates(
@@ -135,17 +168,7 @@ pub async fn bare_stream(endpoint: &str, count: usize, window: usize) -> Result<
     let puts = futures_util::stream::iter(0..count)
         .map(|i| {
             let mut kv = kv.clone();
-            async move {
-                let put = kv
-                    .put(PutRequest {
-                        key: key(i),
-                        value: b"v".to_vec(),
-                        ..PutRequest::default()
-                    })
-                    .await;
-                let revision = put.map(|p| p.into_inner().header.map_or(0, |h| h.revision));
-                (i, revision)
-            }
+            async move { (i, put(&mut kv, key(i)).await) }
         })
         .buffer_unordered(window);
     let mut revisions = vec![0; count];
@@ -255,13 +278,7 @@ pub async fn bare_resume(
                 .map(|i| {
                     let (mut kv, acked) = (kv.clone(), acked.clone());
                     async move {
-                        let put = kv
-                            .put(PutRequest {
-                                key: key(i),
-                                value: b"v".to_vec(),
-                                ..PutRequest::default()
-                            })
-                            .await;
+                        let put = put(&mut kv, key(i)).await;
                         let us = epoch.elapsed().as_micros() as u64;
                         acked[i].store(us, Ordering::Relaxed);
                         put.is_err()
@@ -318,11 +335,14 @@ pub async fn bare_resume(
         .map(|(e, a)| Duration::from_micros(e.saturating_sub(a.load(Ordering::Relaxed))))
         .collect();
     delays.sort_unstable();
-    let at = |q: f64| delays[((count as f64 * q) as usize).min(count - 1)];
     Ok(Resume {
         watchers: count,
         last_event,
-        delays: [at(0.5), at(0.99), at(1.0)],
+        delays: [
+            quantile(&delays, 0.5),
+            quantile(&delays, 0.99),
+            quantile(&delays, 1.0),
+        ],
         events,
     })
 }

@@ -35,7 +35,7 @@ use clap::{Parser, ValueEnum};
 use etcd_ha::testkit::Cluster;
 use etcd_ha::{Client, Options, PutOptions, WatchBatch, WatchOptions, WatchStream};
 use etcd_ha_bench::process::{status_kb, threads_cpu_time};
-use etcd_ha_bench::watch_limit::{self, Pace, Resume, ResumeFrom};
+use etcd_ha_bench::watch_limit::{self, Pace, Resume, ResumeFrom, quantile};
 use futures_util::StreamExt;
 use tokio::time::{Instant, sleep};
 
@@ -238,12 +238,6 @@ impl Watches {
             })
             .collect();
         delays.sort_unstable();
-        let at = |q: f64| {
-            delays
-                .get(((delays.len() as f64 * q) as usize).min(delays.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or_default()
-        };
         let last_ack = self
             .slots
             .iter()
@@ -263,9 +257,9 @@ impl Watches {
             lost,
             repeated: self.repeats() - repeats_before,
             delays: [
-                at(0.5),
-                at(0.99),
-                delays.last().copied().unwrap_or_default(),
+                quantile(&delays, 0.5),
+                quantile(&delays, 0.99),
+                quantile(&delays, 1.0),
             ],
             later_than_1s: delays
                 .iter()
