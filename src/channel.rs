@@ -207,7 +207,10 @@ async fn route(
                 }
             }
         }
-        _ if prompt => ep.on_success(started.elapsed()),
+        _ if prompt => {
+            let now = Instant::now();
+            ep.on_success(now - started, now);
+        }
         _ => {}
     }
     Ok(response)

@@ -451,8 +451,8 @@ impl Balancer {
         } else {
             &endpoints
         };
-        let leader = self.leader_id();
-        let mut candidates: Candidates = pool.iter().map(|e| e.candidate(leader)).collect();
+        let (leader, now) = (self.leader_id(), Instant::now()); // one clock read for all
+        let mut candidates: Candidates = pool.iter().map(|e| e.candidate(leader, now)).collect();
         // A member suspected of stalling takes no new call that any healthy member can serve
         // as well; see `avoid_suspected`.
         let steady: Vec<Arc<Endpoint>>;

@@ -16,12 +16,8 @@ use super::running::Running;
 use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
 use crate::endpoint::{Endpoint, InFlight};
+use crate::error::never_sent;
 use crate::error::{Error, Result};
-use crate::error::{never_sent, reset_by_server};
-
-/// How close to its deadline a call whose stream the server reset counts as timed out: the
-/// server's timer starts when the request arrives, and grpc-timeout is sent in whole units.
-const DEADLINE_SLACK: std::time::Duration = std::time::Duration::from_millis(5);
 use crate::rpc::Route;
 use crate::rpc::{Idempotency, Rpc};
 
@@ -136,14 +132,16 @@ impl Transport {
     {
         crate::metrics::request(rpc.name());
         self.counters.add(Count::Call);
-        self.budget_call();
+        // One clock read for the budget and the deadline.
+        let start = Instant::now();
+        self.budget_call(start);
         let Call {
             target,
             deadline,
             require_leader,
         } = how;
         let route = Call::route_of(&target, rpc);
-        let deadline = self.deadline_at(deadline);
+        let deadline = self.deadline_from(deadline, start);
         let config = self.plan_config(rpc, &target, stream, deadline.is_some());
         let mut plan = Plan::new(config, deadline);
         // The member's own hedge delay, for the calls that hedge (the others need none).
@@ -169,9 +167,9 @@ impl Transport {
         // next leader-bound call sees a stalled leader at once, even when this one's caller
         // gives up and drops it (see `endpoint/silence.rs`).
         let owes = route == Route::Leader && config.prompt;
-        let launch = |id: AttemptId, ep: Arc<Endpoint>| {
+        let launch = |id: AttemptId, ep: Arc<Endpoint>, now: Instant| {
             if owes {
-                ep.owe();
+                ep.owe(now);
             }
             let mut request = Request::new(make());
             let (generation, sent_token) = self.decorate(rpc, require_leader, &mut request);
@@ -180,14 +178,15 @@ impl Transport {
             let finish = matches!(rpc, Rpc::Txn { .. }) && ep.txn_must_finish();
             #[cfg(feature = "mutants")]
             let finish = finish && !crate::mutants::cancel_txns();
-            // Tell the server too (grpc-timeout), so it stops working for us in time; not for
-            // streams, whose deadline bounds only their opening: they live on after it.
-            if let Some(d) = deadline.filter(|_| !stream && !finish) {
-                request.set_timeout(d.saturating_duration_since(Instant::now()));
-            }
+            // No `grpc-timeout`: the call's own timer ends it, and dropping the attempt resets
+            // its stream, which cancels the server's work (etcd also bounds every request by
+            // its own request timeout). The header cost more than the rest of the typed
+            // layer's bookkeeping: its value is new on every call, so HPACK indexes each one
+            // and evicts the entries the other headers use, and tonic arms a second timer for
+            // it. Counted with callgrind (`call-cost`): ~7,500 instructions of a put's ~93,000.
             let conn = self.conn(&ep);
             let fut = call(if finish { conn.must_finish() } else { conn }, request);
-            let started = Instant::now();
+            let started = now;
             let counted = InFlight::start(&ep);
             async move {
                 let result = fut.await;
@@ -213,10 +212,11 @@ impl Transport {
         self.await_leader(route, plan.deadline()).await;
         let first = self.pick(route, &target, &attempts.tried)?;
         attempts.tried.push(first.url.clone());
-        let id = plan.launched_to(Instant::now(), false, paced(&first));
+        let now = Instant::now();
+        let id = plan.launched_to(now, false, paced(&first));
         self.counters.add(Count::Attempt);
-        attempts.members.push((id, first.clone(), Instant::now()));
-        running.push(launch(id, first));
+        attempts.members.push((id, first.clone(), now));
+        running.push(launch(id, first, now));
 
         loop {
             let timer = plan.next_timer();
@@ -229,25 +229,18 @@ impl Transport {
                     attempts.members.retain(|(i, _, _)| *i != answer.id);
                     match answer.result {
                         Ok(response) => {
-                            let latency = answer.started.elapsed();
-                            answer.ep.on_success(latency);
+                            let now = Instant::now();
+                            let latency = now.saturating_duration_since(answer.started);
+                            answer.ep.on_success(latency, now);
                             if owes {
                                 answer.ep.served();
                             }
                             if config.hedging {
-                                answer.ep.on_answer(latency, cap);
+                                answer.ep.on_answer(latency, cap, now);
                             }
                             return Ok((answer.ep, response.into_inner()));
                         }
                         Err(status) => {
-                            // The server ended the call at the deadline this client told it:
-                            // its reset says only that time ran out, and on a loaded box it
-                            // can come a moment before the client's own timer fires.
-                            if deadline.is_some_and(|d| Instant::now() + DEADLINE_SLACK >= d)
-                                && reset_by_server(&status)
-                            {
-                                return Err(Error::Timeout);
-                            }
                             let unsent = never_sent(&status);
                             self.methods.learn(&answer.ep, rpc, &status);
                             let error = Error::from_status(status, &answer.ep.url);
@@ -265,14 +258,10 @@ impl Transport {
                                         plan.deadline(),
                                     )
                                     .await?;
-                                    let again =
-                                        plan.launched_to(Instant::now(), true, paced(&answer.ep));
-                                    attempts.members.push((
-                                        again,
-                                        answer.ep.clone(),
-                                        Instant::now(),
-                                    ));
-                                    running.push(launch(again, answer.ep));
+                                    let now = Instant::now();
+                                    let again = plan.launched_to(now, true, paced(&answer.ep));
+                                    attempts.members.push((again, answer.ep.clone(), now));
+                                    running.push(launch(again, answer.ep, now));
                                     continue;
                                 }
                                 step => step,
@@ -348,9 +337,10 @@ impl Transport {
                     self.counters.add(Count::Hedge { early });
                     self.counters.add(Count::Attempt);
                     attempts.tried.push(next.url.clone());
-                    let id = plan.launched_to(Instant::now(), false, paced(&next));
-                    attempts.members.push((id, next.clone(), Instant::now()));
-                    running.push(launch(id, next));
+                    let now = Instant::now();
+                    let id = plan.launched_to(now, false, paced(&next));
+                    attempts.members.push((id, next.clone(), now));
+                    running.push(launch(id, next, now));
                 }
                 Step::Retry { after, error } => {
                     match self.leader_wait(route, plan.deadline()) {
@@ -374,9 +364,10 @@ impl Transport {
                     tracing::debug!(rpc = rpc.name(), to = %next.url, %error, "retrying");
                     crate::metrics::retry(rpc.name());
                     self.counters.add(Count::Attempt);
-                    let id = plan.launched_to(Instant::now(), false, paced(&next));
-                    attempts.members.push((id, next.clone(), Instant::now()));
-                    running.push(launch(id, next));
+                    let now = Instant::now();
+                    let id = plan.launched_to(now, false, paced(&next));
+                    attempts.members.push((id, next.clone(), now));
+                    running.push(launch(id, next, now));
                 }
             }
         }

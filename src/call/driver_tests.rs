@@ -285,7 +285,7 @@ async fn token_renewal_is_bounded_by_the_calls_deadline() {
 fn paced(transport: &Transport) {
     for ep in transport.balancer.endpoints().iter() {
         for _ in 0..100 {
-            ep.on_answer(Duration::from_micros(200), DEFAULT_ATTEMPT);
+            ep.on_answer(Duration::from_micros(200), DEFAULT_ATTEMPT, Instant::now());
         }
     }
 }
@@ -539,7 +539,7 @@ async fn a_refusing_leader_that_outlives_a_quick_handover_is_reached_through_fol
 
     // It answers again (restarted): its refusals are over, and a later stop starts anew, to
     // be waited out for a quick hand-over again.
-    lead.on_success(Duration::from_millis(1));
+    lead.on_success(Duration::from_millis(1), Instant::now());
     assert!(lead.refusals().is_none());
     tokio::time::advance(Duration::from_millis(20)).await;
     let again = Instant::now();
@@ -688,7 +688,7 @@ async fn after_a_dropped_call_on_a_stalled_leader_the_next_waits_for_the_next_le
 async fn a_call_waiting_on_a_stalled_leader_goes_to_it_when_it_serves_again() {
     let transport = transport(Options::default());
     let lead = leader(&transport);
-    lead.owe();
+    lead.owe(Instant::now());
     tokio::time::advance(Duration::from_millis(150)).await;
     assert!(transport.balancer.leader_unready().is_some(), "stalled");
     let answered = {
@@ -717,7 +717,7 @@ async fn a_call_waiting_on_a_stalled_leader_goes_to_it_when_it_serves_again() {
 async fn a_stalled_leader_served_by_its_peers_is_reached_through_a_follower() {
     let transport = transport(Options::default());
     let lead = leader(&transport);
-    lead.owe();
+    lead.owe(Instant::now());
     tokio::time::advance(Duration::from_millis(150)).await;
     let follower = transport.balancer.endpoints()[1].clone();
     follower.set_linearizable_ok(Instant::now());

@@ -7,6 +7,7 @@
 //! `balance/` and `endpoint/` and knows nothing of KV, watches or the lease keeper.
 
 mod budget;
+mod decorate;
 mod driver;
 mod headed;
 mod members;
@@ -26,7 +27,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Request;
-use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 
 use crate::balance::{Balancer, BalancerConfig};
 use crate::endpoint::prober::ProbeTimers;
@@ -43,9 +43,6 @@ use crate::proto::v3lockpb::lock_client::LockClient;
 use crate::revisions::Revisions;
 use crate::rpc::{Route, Rpc};
 use crate::token::TokenCell;
-
-/// Metadata key of etcd's require-leader check.
-const HAS_LEADER_KEY: &str = "hasleader";
 
 /// While a leader-bound call waits for a new leader, the probers are woken this often. 20 ms:
 /// the new leader is known within this of a member naming it (a handover takes ~50 ms, an
@@ -127,8 +124,10 @@ pub(crate) struct Conn {
 
 macro_rules! service {
     ($name:ident, $client:ident) => {
-        pub(crate) fn $name(&self) -> $client<AttemptService> {
-            $client::new(self.service.clone())
+        // By value: the connection handle moves into the client (a clone of a channel is a
+        // tower buffer's sender, made and dropped per call otherwise: ~800 instructions).
+        pub(crate) fn $name(self) -> $client<AttemptService> {
+            $client::new(self.service)
                 .max_decoding_message_size(self.max_response_bytes)
                 .max_encoding_message_size(usize::MAX)
         }
@@ -277,10 +276,10 @@ impl Transport {
         }
     }
 
-    /// A call started: the hedge budget grows.
-    pub(crate) fn budget_call(&self) {
+    /// A call started at `now`: the hedge budget grows.
+    pub(crate) fn budget_call(&self, now: Instant) {
         let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
-        budget.call(Instant::now());
+        budget.call(now);
     }
 
     /// A hedge is due: whether the budget allows it (and takes it if so).
@@ -336,58 +335,18 @@ impl Transport {
 
     /// The absolute deadline of a call that starts now.
     pub(crate) fn deadline_at(&self, deadline: Deadline) -> Option<Instant> {
+        self.deadline_from(deadline, Instant::now())
+    }
+
+    /// The absolute deadline of a call that started at `start`.
+    pub(crate) fn deadline_from(&self, deadline: Deadline, start: Instant) -> Option<Instant> {
         let timeout = match deadline {
             Deadline::Default => self.options.request_timeout,
             Deadline::Within(d) => Some(d),
             Deadline::Unbounded => None,
         }?;
         // A bound too far away to add is no bound (Instant arithmetic must not panic).
-        Instant::now().checked_add(timeout)
-    }
-
-    /// Attach the auth token and, for calls that need a leader, `hasleader=true` (unless
-    /// `require_leader` overrides the client's option); returns the token generation used and
-    /// whether a token went out.
-    pub(crate) fn decorate<T>(
-        &self,
-        rpc: Rpc,
-        require_leader: Option<bool>,
-        request: &mut Request<T>,
-    ) -> (u64, bool) {
-        self.decorate_metadata(rpc, require_leader, request.metadata_mut())
-    }
-
-    /// [`Transport::decorate`] on bare metadata (requests that arrive as HTTP, through
-    /// [`BalancedChannel`](crate::BalancedChannel)).
-    pub(crate) fn decorate_metadata(
-        &self,
-        rpc: Rpc,
-        require_leader: Option<bool>,
-        metadata: &mut MetadataMap,
-    ) -> (u64, bool) {
-        if require_leader.unwrap_or(self.options.require_leader) && rpc.requires_leader() {
-            metadata.insert(HAS_LEADER_KEY, AsciiMetadataValue::from_static("true"));
-        }
-        match &self.token {
-            Some(cell) => {
-                let generation = cell.attach(metadata);
-                let sent = metadata.contains_key(crate::token::TOKEN_KEY);
-                (generation, sent)
-            }
-            None => (0, false),
-        }
-    }
-
-    /// Whether a token can be renewed (credentials were given).
-    pub(crate) fn has_token(&self) -> bool {
-        self.token.is_some()
-    }
-
-    /// The generation of the token held now (0 without credentials): a stream opened before
-    /// this was read carries this token or an older one, so renewing this generation replaces
-    /// whatever token the stream carries.
-    pub(crate) fn token_generation(&self) -> u64 {
-        self.token.as_deref().map_or(0, TokenCell::generation)
+        start.checked_add(timeout)
     }
 
     /// After losing the leader, wait (bounded by the leader grace and the deadline) until a new

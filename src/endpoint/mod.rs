@@ -201,10 +201,10 @@ impl Endpoint {
         self.with_pace(|p| p.hedge_delay(cap, Instant::now()))
     }
 
-    /// A hedgeable call here answered in `latency`; `cap` bounds its hedge delay. Feeds the
-    /// latency window; a timely answer clears a suspicion.
-    pub(crate) fn on_answer(&self, latency: Duration, cap: Duration) {
-        self.with_pace(|p| p.answered(latency, cap, Instant::now()));
+    /// A hedgeable call here answered at `now` in `latency`; `cap` bounds its hedge delay.
+    /// Feeds the latency window; a timely answer clears a suspicion.
+    pub(crate) fn on_answer(&self, latency: Duration, cap: Duration, now: Instant) {
+        self.with_pace(|p| p.answered(latency, cap, now));
     }
 
     /// An attempt here is overdue by this member's own pace: suspect it (no new calls while a
@@ -220,9 +220,9 @@ impl Endpoint {
     }
 
     /// A request that needs the leader (a prompt leader-bound attempt, a probe) goes out to
-    /// this member now: it owes an answer until it serves one (see [`silence`]).
-    pub(crate) fn owe(&self) {
-        self.silence.owe(Instant::now());
+    /// this member at `now`: it owes an answer until it serves one (see [`silence`]).
+    pub(crate) fn owe(&self, now: Instant) {
+        self.silence.owe(now);
     }
 
     /// This member served a request that needed the leader: it owes nothing.
@@ -234,8 +234,8 @@ impl Endpoint {
     /// than its silence limit (2 x its own pace, within 100..500 ms; see [`silence`]): it
     /// stalled, or lost its quorum, and a leader-bound call sent here now would hang.
     pub(crate) fn stalled_since(&self) -> Option<Instant> {
-        let now = Instant::now();
-        // Nothing owed for as long as the shortest limit: the common case, no lock taken.
+        // Nothing owed (the common case), or not for the shortest limit: no clock, no lock.
+        let now = self.silence.owes().then(Instant::now)?;
         self.silence.stalled_since(silence::SILENCE_FLOOR, now)?;
         self.silence
             .stalled_since(silence::silence_limit(self.pace_hint()), now)
@@ -312,11 +312,11 @@ impl Endpoint {
         self.with_health(|h| h.eject_until())
     }
 
-    /// A request here succeeded in `latency`.
-    pub(crate) fn on_success(&self, latency: Duration) {
+    /// A request here succeeded at `now`, in `latency`.
+    pub(crate) fn on_success(&self, latency: Duration, now: Instant) {
         self.strikes.store(0, Ordering::Relaxed);
         self.answered();
-        self.with_health(|h| h.on_success(latency, Instant::now()));
+        self.with_health(|h| h.on_success(latency, now));
     }
 
     /// A request or probe here failed.
@@ -442,10 +442,10 @@ impl Endpoint {
     }
 
     /// What the pick policy sees, given the current leader's member id.
-    pub(crate) fn candidate(&self, leader_id: u64) -> Candidate {
+    pub(crate) fn candidate(&self, leader_id: u64, now: Instant) -> Candidate {
         let member_id = self.raft().member_id;
         self.with_health(|h| {
-            h.tick(Instant::now());
+            h.tick(now);
             Candidate {
                 state: h.state(),
                 is_leader: member_id != 0 && member_id == leader_id,
@@ -634,7 +634,7 @@ mod tests {
         let mut seen = changes.subscribe();
         let ep = endpoint(changes);
         // Successes on a healthy endpoint change nothing.
-        ep.on_success(Duration::from_millis(1));
+        ep.on_success(Duration::from_millis(1), Instant::now());
         assert!(!seen.has_changed().unwrap());
         // A failure ejects it: subscribers hear of it at once.
         ep.on_failure(Failure::Unreachable, &"connection refused");

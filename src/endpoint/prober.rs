@@ -123,7 +123,7 @@ pub(crate) async fn probe(
     let started = Instant::now();
     // The probe ends in a linearizable read: until one is served, the member owes it (what
     // tells a leader-bound call that the leader stalled, see `silence.rs`).
-    ep.owe();
+    ep.owe(Instant::now());
 
     // The linearizable read carries no auth token: an answer of etcd's auth layer ("user name
     // is empty", "permission denied") comes after the read index, so it proves as much. Status
@@ -274,7 +274,11 @@ mod tests {
         ep.on_probe_ok(true, Duration::from_millis(400));
         // Its calls take 400 ms (a saturated box): a 1 s probe timeout is not 4 x its tail.
         for _ in 0..100 {
-            ep.on_answer(Duration::from_millis(400), Duration::from_secs(1));
+            ep.on_answer(
+                Duration::from_millis(400),
+                Duration::from_secs(1),
+                Instant::now(),
+            );
         }
         probe(&ep, Duration::from_secs(1), None, &Sink).await;
         assert_ne!(ep.state(), HealthState::Ejected);

@@ -89,6 +89,12 @@ impl Silence {
         }
     }
 
+    /// Whether the member owes an answer at all (one atomic load: callers check it before
+    /// reading the clock, which costs more than the load on the hot path).
+    pub(crate) fn owes(&self) -> bool {
+        self.owed_since.load(Ordering::Relaxed) != 0
+    }
+
     /// Since when the member has owed an answer, if for at least `limit` at `now`.
     pub(crate) fn stalled_since(&self, limit: Duration, now: Instant) -> Option<Instant> {
         let raw = self.owed_since.load(Ordering::Relaxed);

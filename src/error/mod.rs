@@ -13,7 +13,7 @@ mod class;
 mod status;
 
 pub use class::ErrorClass;
-pub(crate) use status::{is_unknown_method, never_sent, reset_by_server};
+pub(crate) use status::{is_unknown_method, never_sent};
 
 /// A `Result` whose error is [`Error`].
 ///

@@ -78,9 +78,8 @@ impl Error {
             _ => {}
         }
         // "context deadline exceeded" (code Unknown): the server's context, whose deadline
-        // comes from the grpc-timeout this client sends, ran out first (a very short per-call
-        // deadline can see the server's answer before the client's own timer, which ticks in
-        // milliseconds).
+        // comes from a grpc-timeout (one a `BalancedChannel` caller or a user's layer set; typed
+        // calls send none), ran out first.
         if tail.starts_with("request timed out")
             || tail == "context deadline exceeded"
             || is_client_timeout(&status)
@@ -172,8 +171,9 @@ impl Error {
     }
 }
 
-/// tonic enforces the grpc-timeout we send with its own timer and reports `Cancelled "Timeout
-/// expired"` with a `TimeoutExpired` source: that is our deadline, not a broken connection.
+/// tonic enforces a request's grpc-timeout (one a `BalancedChannel` caller set) with its own
+/// timer and reports `Cancelled "Timeout expired"` with a `TimeoutExpired` source: that is the
+/// caller's deadline, not a broken connection.
 fn is_client_timeout(status: &tonic::Status) -> bool {
     caused_by::<tonic::TimeoutExpired>(status, |_| true)
         || status.code() == tonic::Code::Cancelled && status.message() == "Timeout expired"
@@ -227,14 +227,6 @@ pub(crate) fn never_sent(status: &tonic::Status) -> bool {
         || caused_by::<h2::Error>(status, |h2| {
             h2.is_remote() && (h2.reason() == Some(h2::Reason::REFUSED_STREAM) || h2.is_go_away())
         })
-}
-
-/// Whether the server reset the call's stream with CANCEL: what etcd 3.6's gRPC server does
-/// when the deadline the client told it (grpc-timeout) runs out while a handler still waits.
-pub(crate) fn reset_by_server(status: &tonic::Status) -> bool {
-    caused_by::<h2::Error>(status, |h2| {
-        h2.is_remote() && h2.reason() == Some(h2::Reason::CANCEL)
-    })
 }
 
 /// Whether `status` says its member does not have the method at all (grpc-go's own answers
