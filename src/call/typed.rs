@@ -10,6 +10,7 @@ use std::future::Future;
 
 use tonic::{Request, Response, Status};
 
+use super::encoded::Encoded;
 use super::{Call, Conn, Headed, Transport};
 use crate::error::Result;
 use crate::proto::etcdserverpb::*;
@@ -24,19 +25,23 @@ pub(crate) trait UnaryRpc: prost::Message + Clone + Send + Sync + 'static {
     /// Its row of the table (route, idempotency, hedging).
     fn rpc(&self) -> Rpc;
 
-    /// Send it on `conn`, once.
+    /// Send it (encoded, see `encoded.rs`) on `conn`, once, as row `rpc`.
     fn send(
         conn: Conn,
-        request: Request<Self>,
+        rpc: Rpc,
+        request: Request<Encoded>,
     ) -> impl Future<Output = std::result::Result<Response<Self::Response>, Status>> + Send;
 }
 
 impl Transport {
     /// Make the unary call `request` stands for, as `how` says: routed, retried and hedged by
-    /// its row of the RPC table.
+    /// its row of the RPC table. It is encoded once, whatever the attempts.
     pub(crate) async fn call<R: UnaryRpc>(&self, how: Call, request: R) -> Result<R::Response> {
         let rpc = request.rpc();
-        self.unary(rpc, how, request, R::send).await
+        let encoded = Encoded::of(&request);
+        drop(request);
+        self.unary(rpc, how, encoded, move |conn, r| R::send(conn, rpc, r))
+            .await
     }
 }
 
@@ -53,13 +58,38 @@ macro_rules! unary_rpcs {
 
             fn send(
                 conn: Conn,
-                request: Request<Self>,
+                rpc: Rpc,
+                request: Request<Encoded>,
             ) -> impl Future<Output = std::result::Result<Response<Self::Response>, Status>> + Send
             {
-                async move { conn.$service().$method(request).await }
+                // The path is the same for every request of this type: made once.
+                static PATH: std::sync::OnceLock<tonic::codegen::http::uri::PathAndQuery> =
+                    std::sync::OnceLock::new();
+                let path = PATH.get_or_init(|| super::encoded::path_of(rpc)).clone();
+                conn.unary(rpc, path, request)
             }
         }
-    )*};
+
+        // The generated client pairs this request with this answer on this method: the
+        // encoded path above must be the same method (`rows_name_the_generated_methods`).
+        #[cfg(test)]
+        const _: () = {
+            #[allow(dead_code)]
+            async fn paired(
+                conn: Conn,
+                request: Request<$request>,
+            ) -> std::result::Result<Response<$response>, Status> {
+                conn.$service().$method(request).await
+            }
+        };
+    )*
+
+        /// Each row's service and method, as the generated client names them, and its row.
+        #[cfg(test)]
+        const ROWS: &[(&str, &str, fn() -> Rpc)] = &[
+            $((stringify!($service), stringify!($method), || <$request>::default().rpc()),)*
+        ];
+    };
 }
 
 unary_rpcs! {
@@ -133,6 +163,32 @@ unary_rpcs! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `LeaseTimeToLive` as the generated client names it: `lease_time_to_live`.
+    fn snake(name: &str) -> String {
+        let mut out = String::new();
+        let mut previous_lower = false;
+        for c in name.chars() {
+            if c.is_ascii_uppercase() && previous_lower {
+                out.push('_');
+            }
+            previous_lower = c.is_ascii_lowercase();
+            out.push(c.to_ascii_lowercase());
+        }
+        out
+    }
+
+    #[test]
+    fn rows_name_the_generated_methods() {
+        assert_eq!(snake("HashKV"), "hash_kv");
+        for (service, method, row) in ROWS {
+            let rpc = row();
+            let last = rpc.service().rsplit('.').next().unwrap();
+            assert_eq!(last.to_ascii_lowercase(), *service, "{rpc:?}");
+            assert_eq!(snake(rpc.name()), *method, "{rpc:?}");
+        }
+        assert!(ROWS.len() > 40);
+    }
 
     #[test]
     fn rows_that_depend_on_the_request_follow_it() {

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! PROTOC=$(scripts/protoc-path) cargo run --release -p etcd-ha-bench --bin overhead-bench  # ~4 min
+//! ... --bin overhead-bench -- --etcd-version 3.5.1 --data-dir /dev/shm
 //! ```
 //!
 //! For each call (put, linearizable get, serializable get) and each concurrency (1, 16 and 256
@@ -25,8 +26,8 @@
 
 use std::time::Duration;
 
+use clap::Parser;
 use etcd_ha::proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
-use etcd_ha::testkit::Cluster;
 use etcd_ha_bench::access::Access;
 use etcd_ha_bench::clients::{BenchClient, ClientKind};
 use etcd_ha_bench::metrics::latency_histogram;
@@ -34,6 +35,21 @@ use etcd_ha_bench::process::{cpu_time, status_kb};
 use hdrhistogram::Histogram;
 use tokio::time::Instant;
 use tonic::transport::Channel;
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    about = "Steady-state calls/s, latency and CPU per call: etcd-ha against etcd-client \
+    and a bare channel"
+)]
+struct Args {
+    /// The etcd release of the cluster (default: ETCD_BIN, else 3.6's latest).
+    #[arg(long)]
+    etcd_version: Option<String>,
+    /// Where the members keep their data (/dev/shm: a tmpfs, no fsync stalls).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+}
 
 /// How long one client runs one call at one concurrency in one round.
 const ROUND: Duration = Duration::from_secs(2);
@@ -237,12 +253,11 @@ async fn round(caller: &Caller, call: Call, callers: usize, key: &str, tally: &m
 }
 
 /// Starts the cluster and the clients, then times every call x concurrency x client.
-async fn run() {
-    let cluster = Cluster::start(3).await.expect("a 3-member etcd cluster");
-    let leader = cluster
-        .leader(Duration::from_secs(30))
-        .await
-        .expect("a leader");
+async fn run(args: Args) {
+    let (binary, _) = etcd_ha_bench::server::local(args.etcd_version.as_deref())
+        .unwrap_or_else(|e| panic!("the etcd server: {e}"));
+    let (cluster, leader) =
+        etcd_ha_bench::server::three_members(&binary, args.data_dir.as_deref()).await;
     let endpoints = cluster.endpoints();
     let ha = etcd_ha::Client::connect(&endpoints, etcd_ha::Options::default())
         .await
@@ -355,5 +370,5 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime")
-        .block_on(run());
+        .block_on(run(Args::parse()));
 }
