@@ -12,7 +12,9 @@
 //! [`GENERATION`] it becomes the previous one and the one before is forgotten. A quantile reads
 //! both, so it always covers the last one to two generations: a member whose pace changes (a
 //! compaction, a loaded box) is judged by its new pace within 4 s, and an old spike is
-//! forgotten as fast.
+//! forgotten as fast. Unlike tower's, a generation too thin to judge by (an ejected or frozen
+//! member) does not push out the one before; that one fades by half per generation instead, so
+//! a member that comes back is judged by the pace it last showed (see `rotate`).
 
 use std::time::Duration;
 
@@ -86,23 +88,53 @@ impl LatencyWindow {
         }
     }
 
-    /// Age the window to `now`: a full generation moves current to previous; two or more
-    /// forget everything.
+    /// Age the window to `now`. At the end of each generation, the current one becomes the
+    /// previous one when it holds enough samples to judge by; otherwise (a member that was
+    /// ejected, suspected or frozen and served nearly nothing) its few samples join a previous
+    /// generation that fades to half. Each further generation without a sample fades it again.
+    ///
+    /// Why fade and not forget: the last pace a member showed is the best guess for it when it
+    /// comes back. A member forgotten outright is hedged only at the cap (300 ms) until it has
+    /// answered [`MIN_SAMPLES`] calls, so the first reads a thawed or readmitted member answers
+    /// slowly cost callers that long (147 ms seen in CI). A faded window still knows its pace
+    /// for seconds (a member that answered 1,000 calls a generation keeps a quantile for five
+    /// idle generations) and is replaced as soon as a generation is full again.
     fn rotate(&mut self, now: Instant) {
         let age = now.saturating_duration_since(self.rotated_at);
         if age < GENERATION {
             return;
         }
-        if age >= GENERATION * 2 {
-            self.previous = [0; BUCKETS];
-            self.previous_n = 0;
-        } else {
+        if self.current_n >= MIN_SAMPLES {
             self.previous = self.current;
             self.previous_n = self.current_n;
+        } else {
+            self.fade();
+            for (p, c) in self.previous.iter_mut().zip(self.current) {
+                *p = p.saturating_add(c);
+            }
+            self.previous_n = self.previous_n.saturating_add(self.current_n);
+        }
+        // Generations that passed with no sample at all (capped: 32 halvings empty any count).
+        let idle = (age.as_millis() / GENERATION.as_millis()).min(33) as u32;
+        for _ in 1..idle {
+            self.fade();
         }
         self.current = [0; BUCKETS];
         self.current_n = 0;
         self.rotated_at = now;
+    }
+
+    /// Halve the previous generation's counts.
+    fn fade(&mut self) {
+        if self.previous_n == 0 {
+            return;
+        }
+        let mut n = 0u32;
+        for p in &mut self.previous {
+            *p /= 2;
+            n = n.saturating_add(*p);
+        }
+        self.previous_n = n;
     }
 
     /// One answer took `latency`, seen at `now`.
@@ -198,7 +230,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn old_samples_decay_within_two_generations() {
+    async fn a_busy_member_is_judged_by_its_last_two_generations() {
         let mut w = LatencyWindow::new(Instant::now());
         for _ in 0..100 {
             w.record(Duration::from_millis(50), Instant::now());
@@ -210,13 +242,49 @@ mod tests {
         }
         assert_eq!(w.samples(Instant::now()), 200);
         assert_eq!(w.quantile(0.99, Instant::now()), Some(us(65_536)));
-        // ...and is gone after the next rotation.
+        // ...and is gone after the next rotation, since the new generation is full.
         tokio::time::advance(GENERATION).await;
         assert_eq!(w.samples(Instant::now()), 100);
         assert_eq!(w.quantile(0.99, Instant::now()), Some(us(256)));
-        // A silent member forgets everything after two generations.
-        tokio::time::advance(GENERATION * 2).await;
-        assert_eq!(w.samples(Instant::now()), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_member_keeps_its_pace_fading_by_half_each_generation() {
+        let mut w = LatencyWindow::new(Instant::now());
+        for _ in 0..1_000 {
+            w.record(us(200), Instant::now());
+        }
+        // Frozen for 3 s (the CI failure's fault): its pace is still known when it thaws.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(w.samples(Instant::now()), 1_000);
+        assert_eq!(w.quantile(0.99, Instant::now()), Some(us(256)));
+        tokio::time::advance(GENERATION).await;
+        assert_eq!(w.samples(Instant::now()), 500);
+        // Silent for long: below MIN_SAMPLES, nothing is known any more.
+        tokio::time::advance(GENERATION * 5).await;
+        assert_eq!(w.samples(Instant::now()), 15);
         assert_eq!(w.quantile(0.99, Instant::now()), None);
+        // Silent for an hour: empty, and the loop that fades it stays short.
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(w.samples(Instant::now()), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_joins_the_faded_generation_instead_of_replacing_it() {
+        let mut w = LatencyWindow::new(Instant::now());
+        for _ in 0..200 {
+            w.record(us(200), Instant::now());
+        }
+        // One generation: the full one moves to previous.
+        tokio::time::advance(GENERATION).await;
+        // A handful of slow answers in the next generation (too few to judge by)...
+        for _ in 0..4 {
+            w.record(Duration::from_millis(50), Instant::now());
+        }
+        tokio::time::advance(GENERATION).await;
+        // ...join the faded 100: the pace is still the fast one at p99 (4 of 104 is the p96).
+        assert_eq!(w.samples(Instant::now()), 104);
+        assert_eq!(w.quantile(0.95, Instant::now()), Some(us(256)));
+        assert_eq!(w.quantile(0.99, Instant::now()), Some(us(65_536)));
     }
 }
