@@ -174,8 +174,10 @@ pub(crate) async fn probe(
         }
         // The fixed timeout ran out: ejected, unless the member's own recent calls are so slow
         // that this is the box (a saturated machine, a defragment), not a stall: then it stays
-        // suspected, and the next probe judges again. A stalled member's window empties within
-        // two generations (no answers), and it is ejected then.
+        // suspected, and the next probe judges again. A stalled member's window fades by half
+        // each 2 s generation without answers (see `latency.rs`): it is ejected once too few
+        // samples are left to judge by (within 8 s for a member that answered ~500 calls a
+        // generation), or at once if its last pace was fast.
         Err(_) if !ep.is_overdue(timeout) => {
             tracing::debug!(endpoint = %ep.url, "probe timed out on a slow member; suspected");
             ep.suspect();
