@@ -8,7 +8,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 pub use crate::endpoint::Candidate;
-use crate::endpoint::HealthState;
+use crate::endpoint::{HealthState, clearly_slower};
 use crate::rpc::Route;
 
 /// Chooses the endpoint for a request. Implement it to plug in your own routing; set it with
@@ -36,8 +36,11 @@ pub trait PickPolicy: Debug + Send + Sync + 'static {
 
 /// The default policy.
 ///
-/// - [`Route::Leader`]: the leader when it is healthy; else the fastest healthy member (it
-///   forwards to the leader); else probation, then leaderless, then ejected members.
+/// - [`Route::Leader`]: the leader when it is healthy, unless the client's link to it is
+///   measurably slower than a healthy follower's forward (its probes' linearizable reads take
+///   over twice as long plus 10 ms, see [`Candidate::leader_path`]): then that follower;
+///   else the fastest healthy member (it forwards to the leader); else probation, then
+///   leaderless, then ejected members.
 /// - [`Route::Any`]: power of two choices by latency among healthy members (spreads serializable
 ///   reads, avoids slow ones); else leaderless members (they still serve serializable reads),
 ///   then probation, then ejected.
@@ -65,6 +68,28 @@ fn tier(route: Route, state: HealthState) -> u8 {
     }
 }
 
+/// The follower in `pool` that a leader-bound call should take instead of `leader`, when the
+/// leader's path is clearly slower than that follower's (twice it plus 10 ms).
+///
+/// Why a leader-bound call may take a follower when the leader is healthy: a gray failure of
+/// the client's own link to the leader (a slow route, a lossy NIC, a congested middlebox) that
+/// the cluster does not see, since its peers reach the leader fine. The leader's
+/// [`leader_path`](Candidate::leader_path) and a follower's compare the same work (a
+/// linearizable read: the link and the read's quorum round; the follower's adds its forward
+/// hop). With +100 ms each way on the leader's link, writes on the direct link kept 0.44x of
+/// their rate. Each path is the member's latest probe read, and a read clearly slower than the
+/// one before is checked again at once (see `endpoint/read_path.rs`): a slow link is confirmed
+/// within a round trip, a hiccup moves calls for that long, one good read brings them back.
+fn detour(candidates: &[Candidate], pool: &[usize], leader: usize) -> Option<usize> {
+    let direct = candidates[leader].leader_path?;
+    let (follower, forwarded) = pool
+        .iter()
+        .filter(|&&i| i != leader && candidates[i].state == HealthState::Healthy)
+        .filter_map(|&i| candidates[i].leader_path.map(|p| (i, p)))
+        .min_by_key(|(_, p)| *p)?;
+    clearly_slower(direct, forwarded).then_some(follower)
+}
+
 /// Unknown latency sorts after known ones but before nothing: a fresh endpoint gets tried.
 fn latency_key(c: &Candidate) -> Duration {
     c.latency.unwrap_or(Duration::from_secs(1))
@@ -88,7 +113,10 @@ impl PickPolicy for LeaderFirst {
         }
         if route != Route::Any {
             if let Some(&leader) = pool.iter().find(|&&i| candidates[i].is_leader) {
-                return leader;
+                let detoured = (route == Route::Leader)
+                    .then(|| detour(candidates, &pool, leader))
+                    .flatten();
+                return detoured.unwrap_or(leader);
             }
             // Fastest; ties broken at random so equal members share the load.
             let fastest = pool.iter().map(|&i| latency_key(&candidates[i])).min();
@@ -123,11 +151,66 @@ mod tests {
     use HealthState::*;
 
     fn c(state: HealthState, is_leader: bool, ms: u64) -> Candidate {
-        Candidate {
-            state,
-            is_leader,
-            latency: Some(Duration::from_millis(ms)),
+        Candidate::new(state, is_leader, Some(Duration::from_millis(ms)))
+    }
+
+    /// A candidate whose probe reads took `path_ms`.
+    fn p(state: HealthState, is_leader: bool, path_ms: u64) -> Candidate {
+        c(state, is_leader, 1).with_leader_path(Some(Duration::from_millis(path_ms)))
+    }
+
+    #[test]
+    fn leader_bound_calls_detour_around_a_slow_link_to_the_leader() {
+        // +100 ms each way on the leader's link: through the fastest healthy follower.
+        let slow = [
+            p(Healthy, false, 3),
+            p(Healthy, true, 201),
+            p(Healthy, false, 1),
+        ];
+        for _ in 0..50 {
+            assert_eq!(LeaderFirst.pick(Route::Leader, &slow, &[false; 3]), 2);
         }
+        // Once that follower was tried: through the other one.
+        assert_eq!(
+            LeaderFirst.pick(Route::Leader, &slow, &[false, false, true]),
+            0
+        );
+        // Both followers tried: the leader, slow or not.
+        assert_eq!(
+            LeaderFirst.pick(Route::Leader, &slow, &[true, false, true]),
+            1
+        );
+    }
+
+    #[test]
+    fn leader_bound_calls_stay_on_the_leader_unless_it_is_clearly_slower() {
+        let cases: [(u64, u64); 5] = [
+            (1, 2),    // steady state: the leader's read is the quicker
+            (3, 1),    // slower, but by less than the margin
+            (11, 1),   // 2 x 1 + 10 = 12: still within
+            (40, 20),  // twice, but not twice plus the margin
+            (200, 95), // a follower's forward as slow as the link: nothing to gain
+        ];
+        for (leader, follower) in cases {
+            let m = [p(Healthy, true, leader), p(Healthy, false, follower)];
+            assert_eq!(
+                LeaderFirst.pick(Route::Leader, &m, &[false; 2]),
+                0,
+                "leader {leader} ms, follower {follower} ms"
+            );
+        }
+        // Unknown paths (no probe read yet) never detour.
+        let unknown = [
+            c(Healthy, true, 1).with_leader_path(Some(Duration::from_millis(200))),
+            c(Healthy, false, 1),
+        ];
+        assert_eq!(LeaderFirst.pick(Route::Leader, &unknown, &[false; 2]), 0);
+        // Nor to a follower that is not healthy.
+        let unwell = [p(Healthy, true, 200), p(NoLeader, false, 1)];
+        assert_eq!(LeaderFirst.pick(Route::Leader, &unwell, &[false; 2]), 0);
+        // 2 x 1 + 10 < 13: detour.
+        let just = [p(Healthy, true, 13), p(Healthy, false, 1)];
+        assert_eq!(LeaderFirst.pick(Route::Leader, &just, &[false; 2]), 1);
     }
 
     #[test]

@@ -444,7 +444,7 @@ async fn a_leader_refusing_connections_is_waited_out_not_routed_around() {
         .leader_outage()
         .expect("the broken leader starts an outage");
     tokio::time::advance(Duration::from_millis(2)).await;
-    follower.set_linearizable_ok(Instant::now());
+    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
     assert!(
         balancer.leader_outage().is_none(),
         "a follower reaching the leader ends an outage of a broken link"
@@ -471,7 +471,7 @@ async fn a_leader_refusing_connections_is_waited_out_not_routed_around() {
     );
     assert_eq!(balancer.leader_id(), 0, "{:?}", transport.infos());
     tokio::time::advance(Duration::from_millis(2)).await;
-    follower.set_linearizable_ok(Instant::now());
+    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
     assert!(
         balancer.leader_outage().is_some(),
         "a refusing leader is handing over or gone: followers may not forward to it"
@@ -513,7 +513,7 @@ async fn a_refusing_leader_that_outlives_a_quick_handover_is_reached_through_fol
 
     balancer.learn(&lead, &transport_error(ConnectionRefused));
     tokio::time::advance(Duration::from_millis(100)).await;
-    follower.set_linearizable_ok(Instant::now());
+    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
     balancer.record_status(&follower, names_the_leader).unwrap();
     assert!(
         balancer.leader_outage().is_some(),
@@ -524,7 +524,7 @@ async fn a_refusing_leader_that_outlives_a_quick_handover_is_reached_through_fol
     tokio::time::advance(STOP_HANDOVER).await;
     balancer.learn(&lead, &transport_error(ConnectionRefused));
     assert!(balancer.leader_outage().is_some(), "no proof yet");
-    follower.set_linearizable_ok(Instant::now());
+    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
     assert!(
         balancer.leader_outage().is_none(),
         "a stopping leader that still leads is reached through followers"
@@ -560,7 +560,7 @@ async fn a_leader_dropping_proposals_is_waited_out_until_the_next_leader() {
     balancer.learn(&lead, &Error::ProposalDropped);
     assert_eq!(balancer.leader_id(), 0);
     tokio::time::advance(Duration::from_millis(2)).await;
-    follower.set_linearizable_ok(Instant::now());
+    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
     lead.on_probe_ok(true, Duration::from_millis(1));
     assert_eq!(lead.state(), HealthState::Healthy);
     assert!(
@@ -720,7 +720,7 @@ async fn a_stalled_leader_served_by_its_peers_is_reached_through_a_follower() {
     lead.owe(Instant::now());
     tokio::time::advance(Duration::from_millis(150)).await;
     let follower = transport.balancer.endpoints()[1].clone();
-    follower.set_linearizable_ok(Instant::now());
+    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
     assert!(transport.balancer.leader_unready().is_none());
     let started = Instant::now();
     let (to, sent) = put_answered(&transport).await;

@@ -4,11 +4,13 @@
 //! sections); the balancer reads [`Candidate`] snapshots.
 
 mod attempt;
+mod candidate;
 mod cluster_id;
 mod health;
 mod latency;
 mod pace;
 pub(crate) mod prober;
+mod read_path;
 mod silence;
 pub(crate) mod sync;
 mod unix;
@@ -26,6 +28,7 @@ use tonic::transport::Channel;
 use crate::proto::etcdserverpb::StatusResponse;
 
 pub(crate) use attempt::{AttemptLayer, AttemptService, Layered};
+pub use candidate::Candidate;
 pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
@@ -35,6 +38,7 @@ use pace::Pace;
 pub(crate) use pace::stall_limit;
 #[cfg(test)]
 pub(crate) use pace::{STALL_FACTOR, STALL_FLOOR};
+pub(crate) use read_path::clearly_slower;
 use silence::Silence;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 use version::KnownVersion;
@@ -83,6 +87,8 @@ pub(crate) struct Endpoint {
     /// Start time of the last probe whose linearizable read succeeded: proof that the leader
     /// this member follows was alive and reachable from it at that time.
     linearizable_ok: Mutex<Option<Instant>>,
+    /// How long its linearizable reads took (what a leader-bound call costs through it).
+    read_path: read_path::ReadPath,
     /// The refusals of connections to this member since it last answered (nothing listens:
     /// the process is stopping or gone): when the first and the last came. A leader that
     /// refuses connections is not merely cut off from us, so followers that still name it are
@@ -173,6 +179,7 @@ impl Endpoint {
             health: Mutex::new(Health::new(config, Instant::now())),
             raft: Mutex::new(RaftView::default()),
             linearizable_ok: Mutex::new(None),
+            read_path: read_path::ReadPath::default(),
             refused: Mutex::new(None),
             may_be_refusing: AtomicBool::new(false),
             dropped_at: Mutex::new(None),
@@ -361,12 +368,14 @@ impl Endpoint {
         self.with_health(|h| h.on_probe_ok(has_leader, latency, now));
     }
 
-    /// A probe that started at `started` served a linearizable read.
-    pub(crate) fn set_linearizable_ok(&self, started: Instant) {
+    /// A probe that started at `started` served a linearizable read, which took `took`;
+    /// returns whether that read was clearly slower than the one before (probe again soon).
+    pub(crate) fn set_linearizable_ok(&self, started: Instant, took: Duration) -> bool {
         *self
             .linearizable_ok
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(started);
+        self.read_path.record(took)
     }
 
     /// Start of the last probe that served a linearizable read here.
@@ -450,6 +459,7 @@ impl Endpoint {
                 state: h.state(),
                 is_leader: member_id != 0 && member_id == leader_id,
                 latency: h.latency(),
+                leader_path: self.read_path.get(),
             }
         })
     }
@@ -526,73 +536,6 @@ pub struct EndpointInfo {
     /// Its member's etcd version, once a Status answer told it: what the client may use there
     /// (see [`ServerVersion`]).
     pub version: Option<ServerVersion>,
-}
-
-/// What a policy sees of one endpoint. Built with [`Candidate::new`] and read through its
-/// accessors, so that it can learn more about an endpoint without breaking policies.
-///
-/// ```
-/// use etcd_ha::{Candidate, HealthState};
-/// let c = Candidate::new(HealthState::Healthy, true, None);
-/// assert!(c.is_leader());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Candidate {
-    /// Health as the prober and past requests left it.
-    pub(crate) state: HealthState,
-    /// Whether this endpoint's member is the raft leader, as last learned.
-    pub(crate) is_leader: bool,
-    /// Smoothed latency of successful requests and probes; `None` before the first one.
-    pub(crate) latency: Option<Duration>,
-}
-
-impl Candidate {
-    /// A candidate in this health state, leader or not, with this smoothed latency (`None`:
-    /// nothing measured yet). For tests of a [`PickPolicy`](crate::PickPolicy).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use etcd_ha::{Candidate, HealthState};
-    /// let c = Candidate::new(HealthState::Probation, false, Some(Duration::from_millis(3)));
-    /// assert_eq!(c.state(), HealthState::Probation);
-    /// ```
-    pub fn new(state: HealthState, is_leader: bool, latency: Option<Duration>) -> Self {
-        Candidate {
-            state,
-            is_leader,
-            latency,
-        }
-    }
-
-    /// Health as the prober and past requests left it.
-    ///
-    /// ```
-    /// use etcd_ha::{Candidate, HealthState};
-    /// assert_eq!(Candidate::new(HealthState::Ejected, false, None).state(), HealthState::Ejected);
-    /// ```
-    pub fn state(&self) -> HealthState {
-        self.state
-    }
-
-    /// Whether this endpoint's member is the raft leader, as last learned.
-    ///
-    /// ```
-    /// use etcd_ha::{Candidate, HealthState};
-    /// assert!(!Candidate::new(HealthState::Healthy, false, None).is_leader());
-    /// ```
-    pub fn is_leader(&self) -> bool {
-        self.is_leader
-    }
-
-    /// Smoothed latency of successful requests and probes; `None` before the first one.
-    ///
-    /// ```
-    /// use etcd_ha::{Candidate, HealthState};
-    /// assert_eq!(Candidate::new(HealthState::Healthy, false, None).latency(), None);
-    /// ```
-    pub fn latency(&self) -> Option<Duration> {
-        self.latency
-    }
 }
 
 #[cfg(test)]

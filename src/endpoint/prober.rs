@@ -82,6 +82,7 @@ impl Prober {
     pub(crate) async fn run(self) {
         // Probe at once: a new endpoint should not wait an interval to be known.
         let mut delay = Duration::ZERO;
+        let mut suspected = self.endpoint.suspected_news();
         loop {
             let probe_now = self.probe_now.notified();
             tokio::select! {
@@ -91,22 +92,31 @@ impl Prober {
                 () = tokio::time::sleep(delay) => {}
                 // A request failure hinted that the leader moved or a member died.
                 () = probe_now => {}
+                // A call here was overdue by the member's own pace: look now, so that a link
+                // that turned slow is measured within a probe, not after an interval.
+                Ok(()) = suspected.changed() => {}
             }
             let Some(sink) = self.sink.upgrade() else {
                 return;
             };
             let token = self.token.as_deref();
-            probe(&self.endpoint, self.timers.timeout, token, &*sink).await;
+            let recheck = probe(&self.endpoint, self.timers.timeout, token, &*sink).await;
             sink.on_probed(&self.endpoint);
             drop(sink);
+            // A suspicion raised meanwhile (by this probe's own Status check, or a call) is
+            // answered by this probe: no news.
+            suspected.borrow_and_update();
             // While ejected, the next probe waits for the ejection to end: that is the linear,
-            // capped reconnect backoff (the channel is only dialled by probes meanwhile).
+            // capped reconnect backoff (the channel is only dialled by probes meanwhile). A read
+            // clearly slower than the one before is checked again at once: a link that turned
+            // slow moves leader-bound calls after two reads, not two intervals.
             delay = match self.endpoint.state() {
                 HealthState::Ejected => self
                     .endpoint
                     .eject_until()
                     .saturating_duration_since(Instant::now())
                     .max(self.timers.interval / 4),
+                _ if recheck => Duration::ZERO,
                 _ => self.timers.interval,
             };
         }
@@ -114,12 +124,14 @@ impl Prober {
 }
 
 /// One probe of `ep`; records the result on the endpoint and reports the rest to `sink`.
+/// Returns whether its linearizable read was clearly slower than the one before (probe again
+/// at once to confirm it).
 pub(crate) async fn probe(
     ep: &Endpoint,
     timeout: Duration,
     token: Option<&TokenCell>,
     sink: &dyn ProbeSink,
-) {
+) -> bool {
     let started = Instant::now();
     // The probe ends in a linearizable read: until one is served, the member owes it (what
     // tells a leader-bound call that the leader stalled, see `silence.rs`).
@@ -170,7 +182,7 @@ pub(crate) async fn probe(
             } else {
                 ep.on_probe_ok(true, started.elapsed());
             }
-            return;
+            return false;
         }
         // The fixed timeout ran out: ejected, unless the member's own recent calls are so slow
         // that this is the box (a saturated machine, a defragment), not a stall: then it stays
@@ -181,23 +193,23 @@ pub(crate) async fn probe(
         Err(_) if !ep.is_overdue(timeout) => {
             tracing::debug!(endpoint = %ep.url, "probe timed out on a slow member; suspected");
             ep.suspect();
-            return;
+            return false;
         }
         Err(_) => {
             sink.on_failure(ep, &Error::Timeout);
-            return;
+            return false;
         }
     };
     let view = RaftView::from_status(&status);
     if !sink.on_status(ep, view) {
-        return;
+        return false;
     }
     if let Some(header) = &status.header {
         sink.on_revision(header.revision);
     }
     if view.leader_id == 0 {
         ep.on_probe_ok(false, started.elapsed());
-        return;
+        return false;
     }
 
     let mut request = Request::new(RangeRequest {
@@ -208,25 +220,39 @@ pub(crate) async fn probe(
         "hasleader",
         tonic::metadata::AsciiMetadataValue::from_static("true"),
     );
-    let remaining = timeout.saturating_sub(started.elapsed());
+    // The read alone is timed too: what a leader-bound call costs through this member (the
+    // pick's detour around a slow link to the leader compares it across members).
+    let read_started = Instant::now();
+    let remaining = timeout.saturating_sub(read_started - started);
     match tokio::time::timeout(remaining, KvClient::new(ep.channel.clone()).range(request)).await {
         Ok(Ok(_)) => {
             ep.served();
-            ep.set_linearizable_ok(started);
-            ep.on_probe_ok(true, started.elapsed())
+            let recheck = ep.set_linearizable_ok(started, read_started.elapsed());
+            ep.on_probe_ok(true, started.elapsed());
+            recheck
         }
         Ok(Err(s)) => match Error::from_status(s, &ep.url) {
             // Permission denied went through consensus: healthy (etcdctl endpoint health).
             Error::PermissionDenied | Error::AuthRequired | Error::InvalidAuthToken => {
                 ep.served();
-                ep.set_linearizable_ok(started);
-                ep.on_probe_ok(true, started.elapsed())
+                let recheck = ep.set_linearizable_ok(started, read_started.elapsed());
+                ep.on_probe_ok(true, started.elapsed());
+                recheck
             }
-            e if e.is_transport() => ep.on_failure(Failure::Unreachable, &e),
-            e => ep.on_failure(Failure::NoLeader, &e),
+            e if e.is_transport() => {
+                ep.on_failure(Failure::Unreachable, &e);
+                false
+            }
+            e => {
+                ep.on_failure(Failure::NoLeader, &e);
+                false
+            }
         },
         // Status answered but the read did not: reachable, but no working leader behind it.
-        Err(_) => ep.on_failure(Failure::NoLeader, &"probe timed out (linearizable read)"),
+        Err(_) => {
+            ep.on_failure(Failure::NoLeader, &"probe timed out (linearizable read)");
+            false
+        }
     }
 }
 
