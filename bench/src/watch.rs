@@ -2,7 +2,7 @@
 //! separate etcd-ha client) puts `<root>watch/<seq>` every [`WRITE_PACE`]; every client under
 //! test watches that prefix. Measured per client: the time from the fault to the delivery of
 //! the first event of a write *started* after it, and the events lost (acknowledged writes
-//! never delivered), repeated or out of order.
+//! never delivered, from the first one the watcher saw), repeated or out of order.
 //!
 //! What each client's watch is:
 //!
@@ -253,6 +253,12 @@ pub fn evaluate(writes: &[Write], watched: Watched, fault_us: u64) -> WatchMetri
         }
         highest = highest.max(Some(s.revision));
     }
+    // The writer starts with the watchers, whose watches are made "from now": a write applied
+    // before a watch existed is not that watch's to deliver (seen in every run: the first one
+    // or two writes, for etcd-ha and etcd-client alike, 2 s before any fault). The writer is
+    // sequential, so every write numbered below the first one a watcher saw was applied before
+    // it, and only those are left out. A watcher that saw nothing lost everything.
+    let watched_from = watched.seen.iter().map(|s| s.seq).min();
     let first = watched
         .seen
         .iter()
@@ -265,6 +271,7 @@ pub fn evaluate(writes: &[Write], watched: Watched, fault_us: u64) -> WatchMetri
         lost: writes
             .iter()
             .filter(|w| w.acked && !count.contains_key(&w.seq))
+            .filter(|w| watched_from.is_none_or(|first| w.seq > first))
             .count() as u64,
         repeated: count.values().map(|&n| n.saturating_sub(1)).sum(),
         out_of_order,
@@ -309,5 +316,31 @@ mod tests {
         assert_eq!(m.first_event_after_fault_ms, Some(1.0));
         assert_eq!((m.lost, m.repeated, m.out_of_order), (0, 1, 2));
         assert_eq!(seq_of(b"p/00000012", "p/"), Some(12));
+    }
+
+    #[test]
+    fn writes_before_the_first_seen_predate_the_watch_and_later_gaps_are_lost() {
+        let writes: Vec<Write> = (0..6)
+            .map(|seq| Write {
+                seq,
+                start_us: seq * 1000,
+                acked: true,
+            })
+            .collect();
+        let seen = |seqs: &[u64]| Watched {
+            seen: seqs
+                .iter()
+                .map(|&seq| Seen {
+                    seq,
+                    revision: seq as i64 + 10,
+                    at_us: seq * 1000 + 500,
+                })
+                .collect(),
+            ..Watched::default()
+        };
+        // Writes 0 and 1 came before the watch; 4 is lost.
+        assert_eq!(evaluate(&writes, seen(&[2, 3, 5]), 1500).lost, 1);
+        // A watch that saw nothing lost every acknowledged write.
+        assert_eq!(evaluate(&writes, seen(&[]), 1500).lost, 6);
     }
 }

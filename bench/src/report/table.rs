@@ -46,7 +46,8 @@ pub fn legend(report: &Report) -> String {
          latency before/during/after [ms]. x re-el: 1st ok / the cluster's re-election.\n\
          watch: each client watches the puts of a neutral writer (an etcd-ha client, one per {} \
          ms); 1st event: fault -> first event of a write started after it; lost: acknowledged \
-         writes never delivered; ended: trials whose watch stopped for good.\n\
+         writes never delivered (from the first the watch saw: the ones before predate it); \
+         ended: trials whose watch stopped for good.\n\
          lease: each client keeps a lease; 1st renewal: fault -> answer of the first renewal \
          sent after it; lost: trials whose lease was gone at the end.\n\
          leadership: each client holds a leadership (etcd-ha's Leadership; etcd-client's \
