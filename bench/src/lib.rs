@@ -44,6 +44,7 @@
 //! verify.rs       read-back of every put: lost, ambiguous, applied twice
 //! watch.rs        the watch probe: a neutral writer, each client's watch through the fault
 //! progress.rs     indicatif on a terminal, plain phase lines otherwise
+//! txn.rs          the txn of call-cost and overhead-bench, one shape for every client
 //! process.rs      this process's CPU time and resident memory (overhead-bench, lease-scale-bench)
 //! callgrind.rs    instructions (callgrind's client requests) and allocations counted (call-cost)
 //! report/         the JSON (serde), CSV, SVG timelines (plotters), Markdown and tables
@@ -80,6 +81,7 @@ pub mod server;
 pub mod site;
 pub mod stats;
 pub mod trial;
+pub mod txn;
 pub mod verify;
 pub mod watch;
 pub mod watch_limit;

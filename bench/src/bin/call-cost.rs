@@ -123,33 +123,6 @@ enum Caller {
     Bare(KvClient<Channel>),
 }
 
-/// The txn of every client: if the key exists, put it again, else read it (etcd's
-/// compare-and-swap shape).
-fn raw_txn(key: &[u8]) -> TxnRequest {
-    TxnRequest {
-        compare: vec![Compare {
-            key: key.to_vec(),
-            result: compare::CompareResult::Greater as i32,
-            target: compare::CompareTarget::Version as i32,
-            target_union: Some(compare::TargetUnion::Version(0)),
-            ..Default::default()
-        }],
-        success: vec![RequestOp {
-            request: Some(request_op::Request::RequestPut(PutRequest {
-                key: key.to_vec(),
-                value: vec![b'v'; VALUE_BYTES],
-                ..Default::default()
-            })),
-        }],
-        failure: vec![RequestOp {
-            request: Some(request_op::Request::RequestRange(RangeRequest {
-                key: key.to_vec(),
-                ..Default::default()
-            })),
-        }],
-    }
-}
-
 /// One call through a generated KV client (of either channel type).
 macro_rules! generated_call {
     ($kv:expr, $op:expr, $key:expr) => {
@@ -170,7 +143,7 @@ macro_rules! generated_call {
                 })
                 .await
                 .map(drop),
-            Op::Txn => $kv.txn(raw_txn(&$key)).await.map(drop),
+            Op::Txn => $kv.txn(etcd_ha_bench::txn::raw(&$key, &[b'v'; VALUE_BYTES])).await.map(drop),
         }
         .map_err(|s| format!("grpc {:?}: {}", s.code(), s.message()))
     };
@@ -230,21 +203,7 @@ impl Caller {
                         .get(key, etcd_ha::GetOptions::new().with_serializable())
                         .await
                         .map(drop),
-                    Op::Txn => {
-                        let txn = etcd_ha::Txn::new()
-                            .when([etcd_ha::Compare::version(
-                                key.clone(),
-                                etcd_ha::CompareOp::Greater,
-                                0,
-                            )])
-                            .and_then([etcd_ha::TxnOp::put(
-                                key.clone(),
-                                vec![b'v'; VALUE_BYTES],
-                                etcd_ha::PutOptions::new(),
-                            )])
-                            .or_else([etcd_ha::TxnOp::get(key, etcd_ha::GetOptions::new())]);
-                        kv.txn(txn).await.map(drop)
-                    }
+                    Op::Txn => etcd_ha_bench::txn::ha(kv, key, vec![b'v'; VALUE_BYTES]).await,
                 };
                 done.map_err(|e| e.to_string())
             }
@@ -258,14 +217,7 @@ impl Caller {
                         let options = etcd_client::GetOptions::new().with_serializable();
                         kv.get(key, Some(options)).await.map(drop)
                     }
-                    Op::Txn => {
-                        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-                        let txn = Txn::new()
-                            .when([Compare::version(key.clone(), CompareOp::Greater, 0)])
-                            .and_then([TxnOp::put(key.clone(), vec![b'v'; VALUE_BYTES], None)])
-                            .or_else([TxnOp::get(key, None)]);
-                        kv.txn(txn).await.map(drop)
-                    }
+                    Op::Txn => etcd_ha_bench::txn::ec(kv, key, vec![b'v'; VALUE_BYTES]).await,
                 };
                 done.map_err(|e| e.to_string())
             }

@@ -7,10 +7,11 @@
 //! ```text
 //! PROTOC=$(scripts/protoc-path) cargo run --release -p etcd-ha-bench --bin overhead-bench  # ~4 min
 //! ... --bin overhead-bench -- --etcd-version 3.5.1 --data-dir /dev/shm
+//! ... --bin overhead-bench -- --concurrency 1,16,256,1024 --calls put,txn  # ~6 min
 //! ```
 //!
-//! For each call (put, linearizable get, serializable get) and each concurrency (1, 16 and 256
-//! callers sharing one client), every client runs for [`ROUND`] at a time, [`ROUNDS`] times,
+//! For each call (put, linearizable get, serializable get, txn; `--calls`) and each
+//! concurrency (1, 16 and 256 callers sharing one client by default; `--concurrency`), every client runs for [`ROUND`] at a time, [`ROUNDS`] times,
 //! the clients taking turns in a rotating order so that drift of the machine hits them alike.
 //! Reported: the median of the rounds' calls per second and its ratio to etcd-client's, p50
 //! and p99 latency over all rounds (hdrhistogram) and the p99's ratio to the bare channel's,
@@ -49,6 +50,18 @@ struct Args {
     /// Where the members keep their data (/dev/shm: a tmpfs, no fsync stalls).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
+    /// Callers at once, comma-separated: one, a busy service, a heavily loaded one (add 1024
+    /// for a crowd; each level adds ~1.5 min with every call).
+    #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+    concurrency: Vec<usize>,
+    /// Calls, comma-separated (put, get-linearizable, get-serializable, txn).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "put,get-linearizable,get-serializable,txn",
+        value_parser = Call::parse
+    )]
+    calls: Vec<Call>,
 }
 
 /// How long one client runs one call at one concurrency in one round.
@@ -56,9 +69,6 @@ const ROUND: Duration = Duration::from_secs(2);
 
 /// Rounds per client, call and concurrency.
 const ROUNDS: usize = 3;
-
-/// Callers at once: one, a busy service, and a heavily loaded one.
-const CONCURRENCY: [usize; 3] = [1, 16, 256];
 
 /// Bytes of every value put: a typical configuration entry.
 const VALUE_BYTES: usize = 256;
@@ -101,17 +111,33 @@ enum Call {
     Put,
     LinearizableGet,
     SerializableGet,
+    /// If the key exists, put it again, else read it ([`etcd_ha_bench::txn`]).
+    Txn,
 }
 
 impl Call {
-    const ALL: [Call; 3] = [Call::Put, Call::LinearizableGet, Call::SerializableGet];
+    const ALL: [Call; 4] = [
+        Call::Put,
+        Call::LinearizableGet,
+        Call::SerializableGet,
+        Call::Txn,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Call::Put => "put",
             Call::LinearizableGet => "get-linearizable",
             Call::SerializableGet => "get-serializable",
+            Call::Txn => "txn",
         }
+    }
+
+    /// The call named `name` on the command line.
+    fn parse(name: &str) -> Result<Call, String> {
+        Call::ALL
+            .into_iter()
+            .find(|c| c.name() == name)
+            .ok_or_else(|| format!("no call {name:?} (put, get-linearizable, get-serializable, txn)"))
     }
 }
 
@@ -146,6 +172,10 @@ macro_rules! generated_call {
                 })
                 .await
                 .map(drop),
+            Call::Txn => $kv
+                .txn(etcd_ha_bench::txn::raw(&$key, &[b'v'; VALUE_BYTES]))
+                .await
+                .map(drop),
         }
         .map_err(|s| format!("grpc {:?}", s.code()))
     };
@@ -156,10 +186,23 @@ impl Caller {
     async fn call(&mut self, call: Call, key: &str) -> Result<(), String> {
         let key = key.as_bytes().to_vec();
         match self {
-            Caller::Bench(client) => match call {
-                Call::Put => client.put(key, vec![b'v'; VALUE_BYTES]).await,
-                Call::LinearizableGet => client.get(key, false).await,
-                Call::SerializableGet => client.get(key, true).await,
+            Caller::Bench(client) => match (call, client) {
+                (Call::Txn, BenchClient::Ha(kv)) => {
+                    let value = vec![b'v'; VALUE_BYTES];
+                    etcd_ha_bench::txn::ha(kv, key, value)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+                (Call::Txn, BenchClient::Baseline(kv)) => {
+                    let value = vec![b'v'; VALUE_BYTES];
+                    etcd_ha_bench::txn::ec(kv, key, value)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+                (Call::Txn, _) => Err("no txn for this client here".to_owned()),
+                (Call::Put, client) => client.put(key, vec![b'v'; VALUE_BYTES]).await,
+                (Call::LinearizableGet, client) => client.get(key, false).await,
+                (Call::SerializableGet, client) => client.get(key, true).await,
             },
             Caller::Channel(kv) => generated_call!(kv, call, key),
             Caller::Bare(kv) => generated_call!(kv, call, key),
@@ -308,8 +351,8 @@ async fn run(args: Args) {
         "cpu [us]",
         "errors"
     );
-    for call in Call::ALL {
-        for concurrency in CONCURRENCY {
+    for &call in &args.calls {
+        for &concurrency in &args.concurrency {
             let key = format!("overhead/{}/{concurrency}", call.name());
             let mut tallies: Vec<Tally> = Who::ALL.iter().map(|_| Tally::new()).collect();
             let stats_before = ha.call_stats();
@@ -357,7 +400,7 @@ async fn run(args: Args) {
         }
     }
     println!(
-        "resident memory of this process (all four clients, runtime and 256 tasks): {} kB now, \
+        "resident memory of this process (all four clients, runtime and the callers' tasks): {} kB now, \
          {} kB peak",
         status_kb("VmRSS").map_or("?".into(), |kb| kb.to_string()),
         status_kb("VmHWM").map_or("?".into(), |kb| kb.to_string())
