@@ -25,10 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
-use etcd_ha::proto::etcdserverpb::{
-    Compare, PutRequest, RangeRequest, RequestOp, TxnRequest, compare, kv_client::KvClient,
-    request_op,
-};
+use etcd_ha::proto::etcdserverpb::{PutRequest, RangeRequest, kv_client::KvClient};
 use etcd_ha::testkit::Cluster;
 use etcd_ha_bench::callgrind::{self, Counting};
 use tokio::time::Instant;
@@ -143,7 +140,10 @@ macro_rules! generated_call {
                 })
                 .await
                 .map(drop),
-            Op::Txn => $kv.txn(etcd_ha_bench::txn::raw(&$key, &[b'v'; VALUE_BYTES])).await.map(drop),
+            Op::Txn => $kv
+                .txn(etcd_ha_bench::txn::raw(&$key, &[b'v'; VALUE_BYTES]))
+                .await
+                .map(drop),
         }
         .map_err(|s| format!("grpc {:?}: {}", s.code(), s.message()))
     };

@@ -137,7 +137,9 @@ impl Call {
         Call::ALL
             .into_iter()
             .find(|c| c.name() == name)
-            .ok_or_else(|| format!("no call {name:?} (put, get-linearizable, get-serializable, txn)"))
+            .ok_or_else(|| {
+                format!("no call {name:?} (put, get-linearizable, get-serializable, txn)")
+            })
     }
 }
 
