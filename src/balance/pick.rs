@@ -77,9 +77,11 @@ fn tier(route: Route, state: HealthState) -> u8 {
 /// [`leader_path`](Candidate::leader_path) and a follower's compare the same work (a
 /// linearizable read: the link and the read's quorum round; the follower's adds its forward
 /// hop). With +100 ms each way on the leader's link, writes on the direct link kept 0.44x of
-/// their rate. Each path is the member's latest probe read, and a read clearly slower than the
-/// one before is checked again at once (see `endpoint/read_path.rs`): a slow link is confirmed
-/// within a round trip, a hiccup moves calls for that long, one good read brings them back.
+/// their rate. The leader's path counts as slow once two reads in a row were, and a read clearly
+/// slower than the one before is checked again at once (see `endpoint/read_path.rs`): a slow
+/// link is confirmed within a round trip of it, a hiccup moves nothing, one good read brings
+/// the calls back. Only a follower known to be serving is a way through (its path is `None`
+/// while in doubt).
 fn detour(candidates: &[Candidate], pool: &[usize], leader: usize) -> Option<usize> {
     let direct = candidates[leader].leader_path?;
     let (follower, forwarded) = pool

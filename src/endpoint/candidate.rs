@@ -20,8 +20,7 @@ pub struct Candidate {
     pub(crate) is_leader: bool,
     /// Smoothed latency of successful requests and probes; `None` before the first one.
     pub(crate) latency: Option<Duration>,
-    /// How long the prober's latest linearizable read took here; `None` before one was served.
-    /// See [`Candidate::leader_path`].
+    /// How long the prober's linearizable reads took here; see [`Candidate::leader_path`].
     pub(crate) leader_path: Option<Duration>,
 }
 
@@ -90,10 +89,13 @@ impl Candidate {
     }
 
     /// How long a leader-bound call takes through this endpoint, as the prober measures it:
-    /// the time of its latest probe's linearizable read (`None` before one was served). On the leader that is the client's own link plus the read's quorum
-    /// round; on a follower, the link plus the forward to the leader. The two compare like
-    /// with like, where [`latency`](Candidate::latency) mixes whatever calls each member
-    /// served (a leader's writes wait for fsyncs, a follower's serializable reads do not).
+    /// the time of its linearizable reads. On the leader that is the client's own link plus
+    /// the read's quorum round (the better of its latest two reads, so one slow read changes
+    /// nothing); on a follower, the link plus the forward to the leader (its latest read, and
+    /// `None` while the follower is in doubt: failed or suspected since, or owing an answer
+    /// past 100 ms). `None` before one was served. The two compare like with like, where
+    /// [`latency`](Candidate::latency) mixes whatever calls each member served (a leader's
+    /// writes wait for fsyncs, a follower's serializable reads do not).
     ///
     /// ```
     /// use etcd_ha::{Candidate, HealthState};

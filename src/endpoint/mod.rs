@@ -218,6 +218,9 @@ impl Endpoint {
     /// healthy member can take them). Returns whether that is news.
     pub(crate) fn suspect(&self) -> bool {
         let news = self.with_pace(|p| p.suspect(Instant::now()));
+        // A member suspected of stalling is no member to detour through until a probe measures
+        // it again (the suspicion wakes its prober).
+        self.read_path.doubt();
         if news {
             self.suspicions.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(endpoint = %self.url, "endpoint suspected of stalling");
@@ -328,6 +331,7 @@ impl Endpoint {
 
     /// A request or probe here failed.
     pub(crate) fn on_failure(&self, failure: Failure, error: &dyn std::fmt::Display) {
+        self.read_path.doubt();
         let text = error.to_string();
         self.with_health(|h| h.on_failure(failure, text, Instant::now()));
     }
@@ -455,11 +459,25 @@ impl Endpoint {
         let member_id = self.raft().member_id;
         self.with_health(|h| {
             h.tick(now);
+            let is_leader = member_id != 0 && member_id == leader_id;
             Candidate {
                 state: h.state(),
-                is_leader: member_id != 0 && member_id == leader_id,
+                is_leader,
                 latency: h.latency(),
-                leader_path: self.read_path.get(),
+                // The leader's path as confirmed, however it is doing (a slow link shows as a
+                // slow path while its probes are owed). A follower's only when fresh: not in
+                // doubt since its read, and owing no answer past the shortest stall (a frozen
+                // follower's probe goes unanswered): a detour goes only through a member known
+                // to be serving (see `read_path.rs`; atomic loads only).
+                leader_path: if is_leader {
+                    self.read_path.confirmed()
+                } else {
+                    self.read_path.fresh().filter(|_| {
+                        self.silence
+                            .stalled_since(silence::SILENCE_FLOOR, now)
+                            .is_none()
+                    })
+                },
             }
         })
     }

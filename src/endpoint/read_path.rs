@@ -1,15 +1,19 @@
 //! How long a leader-bound call takes through one member: the prober's linearizable reads
 //! there, kept lock-free for the pick that reads it on every call.
 //!
-//! The pick compares the leader's value with the followers' (see `balance/pick.rs`, the
+//! The pick compares the leader's path with the followers' (see `balance/pick.rs`, the
 //! detour): a read sent to the leader costs the client's link to it plus a quorum round; one
-//! sent to a follower costs the link to the follower plus its forward to the leader. The value
-//! is the member's latest read. A read [`clearly_slower`] than the one before is checked again
-//! at once (the prober does not wait its interval): a link that turned slow is confirmed within
-//! a round trip, and one slow read of a healthy member (a scheduler hiccup on a loaded box)
-//! moves calls for that round trip only. Why not the better of two reads, to never move on a
-//! hiccup: a wrong detour costs a forward hop for a few milliseconds, a late one costs every
-//! call a round trip of the slow link until the next probe (writes kept 0.44x of their rate).
+//! sent to a follower costs the link to the follower plus its forward to the leader.
+//!
+//! - The leader's path is its *confirmed* one, the better of its latest two reads: one slow
+//!   read (a scheduler hiccup on a loaded box) moves no call. A read [`clearly_slower`] than
+//!   the one before is checked again at once (the prober does not wait its interval), so a
+//!   link that turned slow is confirmed within a round trip of it, and one fast read brings
+//!   the calls back.
+//! - A follower's path is its latest read, and only while it is *fresh*: not in doubt since
+//!   (failed, or suspected of stalling) and owing no answer past the shortest stall (see
+//!   `Endpoint::candidate`). A detour to a member that just froze would hold every call sent
+//!   there; a put is never sent twice.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -31,25 +35,55 @@ pub(crate) fn clearly_slower(a: Duration, b: Duration) -> bool {
     a > b * DETOUR_FACTOR + DETOUR_MARGIN
 }
 
-/// The latest linearizable read time of one member, in microseconds (0: none yet).
+/// Set in [`ReadPath`]'s word while the member is in doubt (failed, or suspected of
+/// stalling) since its latest read.
+const IN_DOUBT: u64 = 1 << 63;
+
+/// The latest linearizable read times of one member, in microseconds (0: none yet).
 #[derive(Debug, Default)]
 pub(crate) struct ReadPath {
+    /// The latest read, and whether the member is in doubt since (the top bit).
     last: AtomicU64,
+    /// The better of the latest two reads: slow only when both were.
+    confirmed: AtomicU64,
 }
 
 impl ReadPath {
     /// A linearizable read took `took`; returns whether it was [`clearly_slower`] than the
-    /// read before (worth checking again at once). Only the member's prober writes.
+    /// read before (worth checking again at once). Clears the doubt. Only the member's prober
+    /// writes reads.
     pub(crate) fn record(&self, took: Duration) -> bool {
-        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
-        let before = self.last.swap(us, Ordering::Relaxed);
+        let us = u64::try_from(took.as_micros())
+            .unwrap_or(u64::MAX)
+            .clamp(1, IN_DOUBT - 1);
+        let before = self.last.swap(us, Ordering::Relaxed) & !IN_DOUBT;
+        let confirmed = if before == 0 { us } else { before.min(us) };
+        self.confirmed.store(confirmed, Ordering::Relaxed);
         before != 0 && clearly_slower(took, Duration::from_micros(before))
     }
 
-    /// The member's leader path: its latest read; `None` before the first.
-    pub(crate) fn get(&self) -> Option<Duration> {
+    /// The member failed, or is suspected of stalling: until its next read it is no member to
+    /// send calls through (see [`ReadPath::fresh`]); its last value still says how slow it is.
+    pub(crate) fn doubt(&self) {
+        self.last.fetch_or(IN_DOUBT, Ordering::Relaxed);
+    }
+
+    /// The member's path as confirmed: the better of its latest two reads, in doubt or not
+    /// (`None` before the first). One slow read (a hiccup) does not make it slow; it is
+    /// checked again at once, and the second read confirms it or not.
+    pub(crate) fn confirmed(&self) -> Option<Duration> {
+        match self.confirmed.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+
+    /// The latest read, unless the member is in doubt since: how fast a call sent through it
+    /// would be, if one may be sent at all.
+    pub(crate) fn fresh(&self) -> Option<Duration> {
         match self.last.load(Ordering::Relaxed) {
             0 => None,
+            us if us & IN_DOUBT != 0 => None,
             us => Some(Duration::from_micros(us)),
         }
     }
@@ -73,25 +107,47 @@ mod tests {
     }
 
     #[test]
-    fn the_latest_read_counts_and_a_jump_asks_for_another() {
+    fn a_slow_path_is_confirmed_by_a_second_read_and_one_fast_read_ends_it() {
         let path = ReadPath::default();
-        assert_eq!(path.get(), None);
+        assert_eq!(path.confirmed(), None);
         assert!(!path.record(ms(1)), "a first read is no jump");
-        assert_eq!(path.get(), Some(ms(1)));
-        // A slow read: it counts at once, and is worth a second look at once.
+        assert_eq!(path.confirmed(), Some(ms(1)));
+        // A slow read: not confirmed yet, but worth a second look at once.
         assert!(path.record(ms(200)));
-        assert_eq!(path.get(), Some(ms(200)));
-        // Still slow: no jump from the slow one, nothing more to check.
+        assert_eq!(path.confirmed(), Some(ms(1)));
+        assert_eq!(path.fresh(), Some(ms(200)));
+        // Still slow: confirmed, and no jump from the slow one.
         assert!(!path.record(ms(210)));
+        assert_eq!(path.confirmed(), Some(ms(200)));
         // One fast read is enough to look fast again.
         assert!(!path.record(ms(2)));
-        assert_eq!(path.get(), Some(ms(2)));
+        assert_eq!(path.confirmed(), Some(ms(2)));
+        assert_eq!(path.fresh(), Some(ms(2)));
+    }
+
+    #[test]
+    fn a_member_in_doubt_is_no_way_through_until_its_next_read() {
+        let path = ReadPath::default();
+        path.record(ms(2));
+        // The member failed or is suspected: its path is still known, but not fresh.
+        path.doubt();
+        assert_eq!(path.confirmed(), Some(ms(2)));
+        assert_eq!(path.fresh(), None);
+        assert!(path.record(ms(300)), "a jump from the last value");
+        assert_eq!(path.fresh(), Some(ms(300)));
+    }
+
+    #[test]
+    fn a_member_never_read_is_neither_known_nor_fresh() {
+        let path = ReadPath::default();
+        path.doubt();
+        assert_eq!((path.confirmed(), path.fresh()), (None, None));
     }
 
     #[test]
     fn a_read_of_zero_still_counts() {
         let path = ReadPath::default();
         assert!(!path.record(Duration::ZERO));
-        assert_eq!(path.get(), Some(Duration::from_micros(1)));
+        assert_eq!(path.confirmed(), Some(Duration::from_micros(1)));
     }
 }
