@@ -14,13 +14,16 @@
 //!
 //! The routing core is a one-way stack; each layer knows nothing of those above it:
 //!
-//! endpoint/       one member: mod.rs (the endpoint, its raft view), url.rs (parsing,
-//!                 dialing, no TLS downgrade), unix.rs (the unix socket connector), health.rs (the state machine), prober.rs
-//!                 (active probes, reporting through a sink), sync.rs (which member URLs to
+//! endpoint/       one member: mod.rs (the endpoint), raft_view.rs, url.rs (parsing,
+//!                 dialing, no TLS downgrade), unix.rs (the unix socket connector), health.rs
+//!                 (the state machine), prober.rs (active probes, reporting through a sink),
+//!                 read_path.rs (what a leader-bound call costs through it), candidate.rs and
+//!                 info.rs (what a policy and the user see), sync.rs (which member URLs to
 //!                 keep), cluster_id.rs (the client's cluster; others' endpoints refused)
 //! balance/        the endpoint set and the leader view (leader.rs: one lock, published
-//!                 through a watch channel), what failures teach them (mod.rs), pick
-//!                 policies (pick.rs)
+//!                 through a watch channel), what failures teach them (mod.rs), whether
+//!                 leader-bound calls can go (outage.rs), member sync's changes (members.rs),
+//!                 pick policies (pick.rs: leader first, the detour around a slow leader link)
 //! call/           how every call leaves the client: the shared Transport (mod.rs), a pure
 //!                 call plan (plan.rs: hedge, retry, fail, renew, blame; no IO), the driver
 //!                 that runs it for unary calls and stream opens (driver.rs), stream opens
@@ -36,6 +39,7 @@
 //! discovery.rs    DNS SRV discovery of the endpoints (feature "dns-srv")
 //! client.rs       Client: connect, endpoints(), the typed sub-clients below, and the lease
 //!                 keeper and watch hub they share
+//! connect.rs      what connect checks first (unix sockets, plain text) and the first contact
 //! kv/, txn.rs    KV: get / put / delete with options, the Txn builder, compact;
 //!                 kv/monotonic.rs: the rule that keeps serializable reads from going back;
 //!                 kv/pages.rs: get_stream, a range page by page (RangeStream on etcd 3.7+,
@@ -183,6 +187,7 @@ mod channel;
 mod client;
 mod cluster;
 pub mod concurrency;
+mod connect;
 #[cfg(feature = "dns-srv")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dns-srv")))]
 pub mod discovery;

@@ -293,18 +293,6 @@ impl Txn {
     }
 }
 
-/// Whether every operation of the transaction (nested ones included) is a read.
-pub(crate) fn is_read_only(txn: &TxnRequest) -> bool {
-    txn.success
-        .iter()
-        .chain(&txn.failure)
-        .all(|op| match &op.request {
-            Some(request_op::Request::RequestRange(_)) | None => true,
-            Some(request_op::Request::RequestTxn(inner)) => is_read_only(inner),
-            Some(_) => false,
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,7 +313,7 @@ mod tests {
             Some(request_op::Request::RequestTxn(_))
         ));
         assert_eq!(raw.failure.len(), 1);
-        assert!(!is_read_only(&raw));
+        assert!(!crate::rpc::txn_is_read_only(&raw));
         let reads = Txn::new()
             .when([Compare::version("a", CompareOp::Equal, 0)])
             .and_then([
@@ -333,6 +321,6 @@ mod tests {
                 TxnOp::txn(Txn::new().or_else([TxnOp::get("b", GetOptions::new())])),
             ])
             .into_request();
-        assert!(is_read_only(&reads));
+        assert!(crate::rpc::txn_is_read_only(&reads));
     }
 }

@@ -6,20 +6,19 @@
 //! a `tokio::sync::watch` channel, so waiters wake on a change instead of polling.
 
 mod leader;
+mod members;
+mod outage;
 mod pick;
 mod pool;
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::prober::{ProbeSink, ProbeTimers, Prober};
-use crate::endpoint::{
-    ClusterId, Dial, Endpoint, EndpointInfo, Failure, HealthConfig, HealthState, RaftView,
-};
+use crate::endpoint::{ClusterId, Dial, Endpoint, EndpointInfo, Failure, HealthConfig, RaftView};
 use crate::error::{Error, Result};
 use crate::revisions::Revisions;
 use crate::rpc::Route;
@@ -27,6 +26,8 @@ use crate::token::TokenCell;
 use pool::{Candidates, avoid_suspected, kept};
 
 pub(crate) use leader::LeaderView;
+#[cfg(test)]
+pub(crate) use outage::STOP_HANDOVER;
 pub use pick::{Candidate, LeaderFirst, PickPolicy};
 
 /// Timeouts of the leader in a row (since its last success) before it is ejected: one slow
@@ -285,90 +286,6 @@ impl Balancer {
         self.probe_now();
     }
 
-    /// When we lost the leader, if that outage is still on: no other leader has been seen since
-    /// and the lost one is not healthy again. Ends the outage (and wakes its waiters) when the
-    /// evidence says it is over.
-    pub(crate) fn leader_outage(&self) -> Option<Instant> {
-        let (lost_id, since) = self.leader.get().lost?;
-        let endpoints = self.endpoints();
-        // A leader handing over for a drain is healthy and serves reads until the transfer
-        // ends, but drops the proposals followers forward to it: only a new leader ends that
-        // outage (`LeaderCell::observe`).
-        //
-        // The same holds for a leader whose process is stopping (SIGTERM: etcd closes its
-        // client listeners first, and only then hands leadership over and drops what followers
-        // forward during the transfer) or gone: it refuses connections, while the followers
-        // still name it and may even serve linearizable reads through it for a while. A refused
-        // connection since the loss says so; a leader merely cut off from us (a broken link)
-        // accepts them. See `stopping_but_leading` for the one way such an outage ends early.
-        //
-        // And for a leader that dropped our proposal since the loss (someone else's MoveLeader,
-        // or etcd's own transfer at a graceful stop): it is healthy and followers can read
-        // through it, but it drops their forwarded writes until a new leader takes over.
-        if endpoints.iter().any(|e| {
-            e.raft().member_id == lost_id
-                && (e.is_draining()
-                    || e.dropped_at().is_some_and(|t| t >= since)
-                    || (e.refusals().is_some_and(|r| r.last >= since)
-                        && e.state() != HealthState::Healthy
-                        && !stopping_but_leading(e, &endpoints)))
-        }) {
-            return Some(since);
-        }
-        // A member served a linearizable read that started after we lost the leader: the
-        // cluster's leader is alive and reachable through it (only our link to the leader
-        // broke), so calls can go through followers now. Or the same member leads again and
-        // answers: the outage was short (a brief freeze).
-        let over = endpoints.iter().any(|e| {
-            let member = e.raft().member_id;
-            (member != lost_id && e.linearizable_ok().is_some_and(|t| t > since))
-                || (member == lost_id
-                    && (e.state() == HealthState::Healthy || stopping_but_leading(e, &endpoints)))
-        });
-        if over {
-            self.leader.end_outage(lost_id, since);
-            return None;
-        }
-        Some(since)
-    }
-
-    /// Since when the leader has stalled, when it has: it owes answers that need the leader
-    /// past its own stall limit (see `Endpoint::stalled_since`); with the endpoint, and whether
-    /// another member has served a linearizable read since (then the leader is alive behind
-    /// its peers and only our link to it is broken).
-    fn leader_stall(&self) -> Option<(Arc<Endpoint>, Instant, bool)> {
-        let leader = self.leader_id();
-        if leader == 0 {
-            return None;
-        }
-        let endpoints = self.endpoints();
-        // The silence first: one atomic per member unless one owes answers (the common case).
-        let (ep, since) = endpoints
-            .iter()
-            .filter_map(|e| e.stalled_since().map(|since| (e, since)))
-            .find(|(e, _)| e.raft().member_id == leader)?;
-        // Whatever that member's own health: its read proves the leader alive (a loaded box
-        // can leave a follower on probation; waiting on would hold the calls to their end).
-        let served_elsewhere = endpoints
-            .iter()
-            .any(|e| !Arc::ptr_eq(e, ep) && e.linearizable_ok().is_some_and(|t| t > since));
-        Some((ep.clone(), since, served_elsewhere))
-    }
-
-    /// Since when leader-bound calls should wait rather than go: a leader outage is on (see
-    /// [`Balancer::leader_outage`]), or the leader stalled and no other member has served
-    /// since (a frozen leader, or one cut off from its peers: a call sent to it, or through a
-    /// follower to it, would hang until the next leader or the call's deadline).
-    pub(crate) fn leader_unready(&self) -> Option<Instant> {
-        if let Some(since) = self.leader_outage() {
-            return Some(since);
-        }
-        match self.leader_stall() {
-            Some((_, since, false)) => Some(since),
-            _ => None,
-        }
-    }
-
     /// What a failed call teaches (see [`Balancer::teach`]); a call that timed out on the
     /// leader counts as a strike, and the leader is ejected only at the second in a row.
     pub(crate) fn learn(&self, ep: &Endpoint, error: &Error) {
@@ -506,102 +423,6 @@ impl Balancer {
         let leader = self.leader_id();
         self.endpoints().iter().map(|e| e.info(leader)).collect()
     }
-
-    /// Bring the endpoint set in line with the cluster's members (client URLs of started,
-    /// voting members). Keeps existing endpoints (their connections and health), dials new ones,
-    /// drops removed ones. Never empties the set.
-    pub(crate) fn apply_members(self: &Arc<Self>, urls: Vec<String>) {
-        if urls.is_empty() {
-            return;
-        }
-        let current = self.endpoints();
-        // A TLS client never dials a plain-text URL (token and password in the clear).
-        let secure = crate::endpoint::is_secure(
-            self.config.dial.tls.is_some(),
-            current.iter().map(|e| &*e.url),
-        );
-        // Nor a unix socket unless it was given one (see endpoint::member_url).
-        let local = crate::endpoint::is_local(current.iter().map(|e| &*e.url));
-        let mut next = Vec::with_capacity(urls.len());
-        let mut added = Vec::new();
-        for url in &urls {
-            // A refused endpoint (another cluster's) is stopped: never kept, dialled anew.
-            if let Some(ep) = current
-                .iter()
-                .find(|e| *e.url == **url && !e.cancel.is_cancelled())
-            {
-                next.push(ep.clone());
-                continue;
-            }
-            if crate::endpoint::member_url(url, secure, local).is_none() {
-                tracing::warn!(
-                    %url,
-                    "member URL refused (a TLS client never dials http://); skipped",
-                );
-                continue;
-            }
-            match self.config.dial.channel(url) {
-                Ok(channel) => {
-                    let ep = Endpoint::new(
-                        url.as_str().into(),
-                        channel,
-                        self.config.dial.layer.as_ref(),
-                        self.config.health,
-                        self.cancel.child_token(),
-                        self.health_changes.clone(),
-                    );
-                    added.push(ep.clone());
-                    next.push(ep);
-                }
-                Err(e) => tracing::warn!(%url, error = %e, "member URL is not usable; skipped"),
-            }
-        }
-        let removed: Vec<_> = current
-            .iter()
-            .filter(|e| !next.iter().any(|n| Arc::ptr_eq(n, e)))
-            .cloned()
-            .collect();
-        if next.is_empty() || (added.is_empty() && removed.is_empty()) {
-            return;
-        }
-        self.endpoints.send_replace(Arc::new(next));
-        for ep in &added {
-            tracing::info!(endpoint = %ep.url, "member added; endpoint in use");
-            self.spawn_prober(ep.clone());
-        }
-        for ep in &removed {
-            tracing::info!(endpoint = %ep.url, "member removed; endpoint dropped");
-            ep.cancel.cancel();
-        }
-    }
-
-    /// Wait until leader-bound calls can go (no leader outage is on, and the leader has not
-    /// stalled unless others are served; see [`Balancer::leader_unready`]), at most until
-    /// `until`; wakes the probers first and every `nudge` while waiting, so that the new leader
-    /// (or the stalled one answering again) is found quickly.
-    pub(crate) async fn await_leader(&self, until: Instant, nudge: Duration) {
-        let mut view = self.leader_changes();
-        loop {
-            if self.leader_unready().is_none() {
-                return;
-            }
-            self.probe_now();
-            view.borrow_and_update();
-            let next_nudge = Instant::now() + nudge;
-            tokio::select! {
-                changed = view.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
-                () = tokio::time::sleep_until(until.min(next_nudge)) => {
-                    if Instant::now() >= until {
-                        return;
-                    }
-                }
-            }
-        }
-    }
 }
 
 impl ProbeSink for Balancer {
@@ -622,40 +443,4 @@ impl ProbeSink for Balancer {
         // healthy again): publish that now, so that waiting calls go at once.
         self.leader_outage();
     }
-}
-
-/// How long a stopping leader takes to hand over when nothing holds its stop up: etcd closes
-/// its client listeners, then transfers leadership at once; the new leader is elected and
-/// reported by the followers within tens of ms (52-54 ms measured on etcd 3.6.16 with two
-/// clients). A leader that still leads past it is one whose stop waits for something else.
-///
-/// Why not longer: every leader-bound call waits this long (plus a probe's read) at a held-open
-/// stop, and Go's clientv3, which never waits, lost no call through etcd 3.6.16's quick stops
-/// at up to 256 in flight, so writes forwarded during a quick hand-over are rarely dropped
-/// there. With 500 ms, etcd-ha's longest gap at a held-open stop was 524-619 ms at 1-16 calls
-/// in flight; with 150 ms, 168-209 ms, and the quick-stop tests (`tests/leader_sigterm.rs`,
-/// etcd 3.4.23, 3.5.1, 3.5.35, 3.6.16) still saw no write fail after the close.
-pub(crate) const STOP_HANDOVER: Duration = Duration::from_millis(150);
-
-/// Whether `leader`, which refuses our connections, has been stopping for longer than a quick
-/// hand-over and still leads: another member served a linearizable read that began
-/// [`STOP_HANDOVER`] after the first refusal.
-///
-/// etcd's graceful stop (SIGTERM) closes the client listeners, then waits for the RPCs in
-/// flight, other clients' watch and keep-alive streams included, up to its request timeout
-/// (7 s with default timing), and only then hands leadership over. For all that time the
-/// member refuses us but leads, and its followers forward writes to it as usual: waiting for
-/// a new leader would hold every leader-bound call to its deadline (etcd 3.6.16: a 2 s gap and
-/// errors at 1 call in flight, where Go's clientv3 lost nothing), so calls go through the
-/// followers. A quick stop hands over within [`STOP_HANDOVER`], before any read can prove
-/// this, and is waited out as before: writes forwarded during the transfer would be dropped.
-fn stopping_but_leading(leader: &Endpoint, endpoints: &[Arc<Endpoint>]) -> bool {
-    let Some(refusals) = leader.refusals() else {
-        return false;
-    };
-    let held_open = refusals.first + STOP_HANDOVER;
-    let member = leader.raft().member_id;
-    endpoints.iter().any(|e| {
-        e.raft().member_id != member && e.linearizable_ok().is_some_and(|t| t >= held_open)
-    })
 }

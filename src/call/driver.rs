@@ -431,3 +431,7 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 #[path = "driver_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "driver_leader_tests.rs"]
+mod leader_tests;

@@ -100,7 +100,7 @@ unary_rpcs! {
     DeleteRangeRequest => DeleteRangeResponse, kv.delete_range, |_| Rpc::DeleteRange;
     // A txn that only reads is as safe to repeat as a range.
     TxnRequest => TxnResponse, kv.txn,
-        |r| Rpc::Txn { read_only: crate::txn::is_read_only(r) };
+        |r| Rpc::Txn { read_only: crate::rpc::txn_is_read_only(r) };
     CompactionRequest => CompactionResponse, kv.compact, |_| Rpc::Compact;
     // Lease
     LeaseGrantRequest => LeaseGrantResponse, lease.lease_grant, |_| Rpc::LeaseGrant;

@@ -51,6 +51,7 @@
 //! after each delete: a predecessor that gave up is skipped without waking anybody else.
 
 mod cleanup;
+mod current;
 mod election;
 mod fence;
 mod health;
@@ -65,12 +66,13 @@ mod queue;
 pub mod stm;
 
 pub(crate) use cleanup::Cleanups;
+pub use current::{Campaign, CurrentLeader};
 pub use election::{Election, Leader};
 pub use fence::Fence;
 pub use hold::{LeadershipHeld, LostReason};
 pub use leadership::{
-    Campaign, CurrentLeader, DEFAULT_CAMPAIGN_LIMIT, DEFAULT_CAMPAIGN_WINDOW,
-    DEFAULT_LEADERSHIP_TTL, DEFAULT_UNAVAILABLE_BOUND, Leadership,
+    DEFAULT_CAMPAIGN_LIMIT, DEFAULT_CAMPAIGN_WINDOW, DEFAULT_LEADERSHIP_TTL,
+    DEFAULT_UNAVAILABLE_BOUND, Leadership,
 };
 pub use mutex::{Mutex, MutexGuard};
 pub use observe::Observe;

@@ -7,9 +7,11 @@ mod attempt;
 mod candidate;
 mod cluster_id;
 mod health;
+mod info;
 mod latency;
 mod pace;
 pub(crate) mod prober;
+mod raft_view;
 mod read_path;
 mod silence;
 pub(crate) mod sync;
@@ -25,52 +27,24 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
-use crate::proto::etcdserverpb::StatusResponse;
-
 pub(crate) use attempt::{AttemptLayer, AttemptService, Layered};
 pub use candidate::Candidate;
 pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
+pub use info::EndpointInfo;
 #[cfg(test)]
 pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
 pub(crate) use pace::stall_limit;
 #[cfg(test)]
 pub(crate) use pace::{STALL_FACTOR, STALL_FLOOR};
+pub(crate) use raft_view::RaftView;
 pub(crate) use read_path::clearly_slower;
 use silence::Silence;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 use version::KnownVersion;
 pub use version::{ParseVersionError, ServerVersion};
-
-/// What the member's last Status answer said about raft.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RaftView {
-    /// This member's id (0 until the first answer).
-    pub(crate) member_id: u64,
-    /// The leader it follows (0: none).
-    pub(crate) leader_id: u64,
-    /// Its raft term.
-    pub(crate) raft_term: u64,
-    /// The cluster it belongs to (0: the answer had no header).
-    pub(crate) cluster_id: u64,
-    /// Its etcd version (`None`: the answer's did not parse).
-    pub(crate) version: Option<ServerVersion>,
-}
-
-impl RaftView {
-    /// What a Status answer says of its member.
-    pub(crate) fn from_status(status: &StatusResponse) -> Self {
-        RaftView {
-            member_id: status.header.as_ref().map_or(0, |h| h.member_id),
-            leader_id: status.leader,
-            raft_term: status.raft_term,
-            cluster_id: status.header.as_ref().map_or(0, |h| h.cluster_id),
-            version: status.version.parse().ok(),
-        }
-    }
-}
 
 /// A member endpoint.
 pub(crate) struct Endpoint {
@@ -496,6 +470,7 @@ impl Endpoint {
                 health: h.state(),
                 is_leader: raft.member_id != 0 && raft.member_id == leader_id,
                 latency: h.latency(),
+                leader_path: self.read_path.confirmed(),
                 last_error: h.last_error().map(str::to_owned),
                 since: h.since().into_std(),
                 draining: self.is_draining(),
@@ -517,93 +492,5 @@ pub(crate) struct Refusals {
     pub(crate) last: Instant,
 }
 
-/// A snapshot of one endpoint, from [`Client::endpoints`](crate::Client::endpoints).
-///
-/// ```no_run
-/// # fn demo(client: etcd_ha::Client) {
-/// for e in client.endpoints() {
-///     println!("{} {:?} leader={} latency={:?} since {:?} last error {:?}",
-///         e.url, e.health, e.is_leader, e.latency, e.since.elapsed(), e.last_error);
-/// }
-/// # }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EndpointInfo {
-    /// The endpoint URL.
-    pub url: String,
-    /// The member id behind it, once a Status answer told it.
-    pub member_id: Option<u64>,
-    /// Health as the balancer sees it.
-    pub health: HealthState,
-    /// Whether its member is the raft leader, as last learned.
-    pub is_leader: bool,
-    /// Smoothed latency of successful requests and probes.
-    pub latency: Option<Duration>,
-    /// The last failure seen there.
-    pub last_error: Option<String>,
-    /// When it entered its current health state.
-    pub since: std::time::Instant,
-    /// Whether the operator drains it ([`Client::drain`](crate::Client::drain)).
-    pub draining: bool,
-    /// Calls now waiting on it.
-    pub in_flight: usize,
-    /// Suspected of stalling: a call here was overdue by its own recent latency, so new calls
-    /// avoid it while a healthy member can take them (it is not ejected for that).
-    pub suspected: bool,
-    /// Its member's etcd version, once a Status answer told it: what the client may use there
-    /// (see [`ServerVersion`]).
-    pub version: Option<ServerVersion>,
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn endpoint(changes: HealthChanges) -> Arc<Endpoint> {
-        let channel = Channel::from_static("http://127.0.0.1:9").connect_lazy();
-        Endpoint::new(
-            "http://127.0.0.1:9".into(),
-            channel,
-            None,
-            HealthConfig::default(),
-            CancellationToken::new(),
-            changes,
-        )
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_new_suspicion_wakes_the_streams_on_the_member_and_health_followers_do_not_hear() {
-        let (changes, _) = tokio::sync::watch::channel(());
-        let mut health = changes.subscribe();
-        let ep = endpoint(changes);
-        let mut news = ep.suspected_news();
-        assert!(ep.suspect());
-        assert!(news.has_changed().unwrap());
-        news.borrow_and_update();
-        // Already suspected: no news.
-        assert!(!ep.suspect());
-        assert!(!news.has_changed().unwrap());
-        // A suspicion is no health transition.
-        assert!(!health.has_changed().unwrap());
-        health.borrow_and_update();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn health_transitions_wake_subscribers_and_nothing_else_does() {
-        let (changes, _) = tokio::sync::watch::channel(());
-        let mut seen = changes.subscribe();
-        let ep = endpoint(changes);
-        // Successes on a healthy endpoint change nothing.
-        ep.on_success(Duration::from_millis(1), Instant::now());
-        assert!(!seen.has_changed().unwrap());
-        // A failure ejects it: subscribers hear of it at once.
-        ep.on_failure(Failure::Unreachable, &"connection refused");
-        assert_eq!(ep.state(), HealthState::Ejected);
-        assert!(seen.has_changed().unwrap());
-        seen.borrow_and_update();
-        // Another failure while ejected is no transition.
-        ep.on_failure(Failure::Unreachable, &"connection refused");
-        assert!(!seen.has_changed().unwrap());
-    }
-}
+mod tests;

@@ -7,6 +7,7 @@
 //! `kept.rs` the lease handles, this file the keeper handle.
 
 mod kept;
+mod link;
 mod queues;
 mod state;
 mod task;

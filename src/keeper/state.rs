@@ -429,5 +429,9 @@ impl Table {
 mod tests;
 
 #[cfg(test)]
+#[path = "state_risk_tests.rs"]
+mod risk_tests;
+
+#[cfg(test)]
 #[path = "state_model_tests.rs"]
 mod model_tests;

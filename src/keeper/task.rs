@@ -35,14 +35,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::link::{Link, LinkEvent};
 use super::state::{Answer, Table, View};
 use crate::call::Transport;
 use crate::call::supervise::{self, FULL_RETRY, Supervisor};
 use crate::endpoint::Endpoint;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use crate::rpc::Rpc;
-use crate::stream::ResponseStream;
 
 /// A lease id as etcd's tools print it (hex), formatted only when a log line is written.
 struct LeaseId(i64);
@@ -64,65 +64,6 @@ pub(super) enum Command {
     },
     /// Stop keeping it, if `generation` is still the registration kept.
     Forget { id: i64, generation: u64 },
-}
-
-/// An open keep-alive stream.
-type Opened = supervise::Opened<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
-
-/// The keep-alive stream's state.
-// One value per task, moved rarely: boxing the big variant would buy nothing.
-#[allow(clippy::large_enum_variant)]
-enum Link {
-    /// No stream; open one at `retry_at`.
-    Down {
-        retry_at: Instant,
-        /// Consecutive failed opens (drives the backoff).
-        failures: u32,
-    },
-    /// Being opened with a first keep-alive already queued.
-    Opening {
-        open: supervise::Opening<LeaseKeepAliveRequest, LeaseKeepAliveResponse>,
-        started: Instant,
-        failures: u32,
-    },
-    /// Open on `endpoint` since `opened`.
-    Up {
-        tx: mpsc::Sender<LeaseKeepAliveRequest>,
-        answers: ResponseStream<LeaseKeepAliveResponse>,
-        endpoint: Arc<Endpoint>,
-        opened: Instant,
-        failures: u32,
-        /// Wakes when `endpoint` becomes suspected.
-        suspected: watch::Receiver<()>,
-    },
-}
-
-/// What happened on the link.
-// Lives for one turn of the loop: boxing the big variant would buy nothing.
-#[allow(clippy::large_enum_variant)]
-enum LinkEvent {
-    Opened(Result<Opened>),
-    Answer(Result<Option<LeaseKeepAliveResponse>>),
-    /// The stream's member became suspected (the next advance looks at it).
-    Suspected,
-}
-
-impl Link {
-    /// The next thing the stream does; pending while there is none.
-    async fn event(&mut self) -> LinkEvent {
-        match self {
-            Link::Opening { open, .. } => LinkEvent::Opened(open.await),
-            Link::Up {
-                answers, suspected, ..
-            } => tokio::select! {
-                // An answer, the server's end or the stream's failure.
-                answer = answers.message() => LinkEvent::Answer(answer),
-                // The member became suspected (the sender lives as long as the endpoint).
-                Ok(()) = suspected.changed() => LinkEvent::Suspected,
-            },
-            Link::Down { .. } => std::future::pending().await,
-        }
-    }
 }
 
 /// The task behind a [`Keeper`](super::Keeper).
