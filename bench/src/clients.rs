@@ -458,7 +458,20 @@ async fn ec_get(
 }
 
 /// etcd-ha's error variant name ("Timeout", "Unavailable", "NoLeader", ...).
+///
+/// With `BENCH_DEBUG_ERRORS` set, each error is also printed to stderr with its whole source
+/// chain: the report keeps only the variant, and a `Transport` error's cause (a reset, a
+/// GOAWAY and who sent it) is in the chain.
 fn ha_kind(error: &etcd_ha::Error) -> ErrorKind {
+    if std::env::var_os("BENCH_DEBUG_ERRORS").is_some() {
+        let mut chain = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            chain.push_str(&format!(" <- {cause:?}"));
+            source = cause.source();
+        }
+        eprintln!("etcd-ha error: {chain}");
+    }
     variant_name(&format!("{error:?}"))
 }
 

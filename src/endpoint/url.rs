@@ -232,7 +232,13 @@ impl Dial {
             .connect_timeout(self.connect_timeout)
             // Pings only while calls are open: etcd answers idle-connection pings faster than
             // every 2 h with GOAWAY too_many_pings (see DEFAULT_KEEPALIVE_INTERVAL).
-            .keep_alive_while_idle(false);
+            .keep_alive_while_idle(false)
+            // hyper counts, over a connection's whole life, the resets it sends for frames of
+            // streams it reset and then forgot (a dropped or hedged call's late answer), and
+            // at 1,024 closes the connection, failing every call on it as ambiguous. At 256
+            // callers through a slow link that took seconds. The limit guards a server against
+            // abusive clients; our peers are the cluster's members.
+            .http2_max_local_error_reset_streams(None);
         if let Some(interval) = self.keepalive_interval {
             ep = ep
                 .http2_keep_alive_interval(interval)
