@@ -132,7 +132,7 @@ async fn route(
         None => (0, false),
     };
     let ep = match rpc {
-        Some(rpc) => transport.pick(rpc.route(), &Target::Any, &[]),
+        Some(rpc) => transport.pick(rpc.route(), &Target::Any, &[], Instant::now()),
         None => transport
             .balancer
             .pick(Route::Leader, &[])

@@ -350,6 +350,17 @@ impl Balancer {
 
     /// The endpoint for a request on `route` that already went to `tried` (by URL).
     pub(crate) fn pick(&self, route: Route, tried: &[Arc<str>]) -> Option<Arc<Endpoint>> {
+        self.pick_at(route, tried, Instant::now())
+    }
+
+    /// [`Balancer::pick`] with the clock read by the caller (the call driver reads it once for
+    /// the pick, the hedge delay and the attempt's start).
+    pub(crate) fn pick_at(
+        &self,
+        route: Route,
+        tried: &[Arc<str>],
+        now: Instant,
+    ) -> Option<Arc<Endpoint>> {
         let endpoints = self.endpoints();
         if endpoints.is_empty() {
             return None;
@@ -368,7 +379,7 @@ impl Balancer {
         } else {
             &endpoints
         };
-        let (leader, now) = (self.leader_id(), Instant::now()); // one clock read for all
+        let leader = self.leader_id();
         let mut candidates: Candidates = pool.iter().map(|e| e.candidate(leader, now)).collect();
         // A member suspected of stalling takes no new call that any healthy member can serve
         // as well; see `avoid_suspected`.

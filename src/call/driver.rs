@@ -107,7 +107,7 @@ impl Transport {
                 tried.push(f.into());
             }
         }
-        let next = self.pick(route, target, tried)?;
+        let next = self.pick(route, target, tried, Instant::now())?;
         if !tried.contains(&next.url) {
             tried.push(next.url.clone());
         }
@@ -151,15 +151,15 @@ impl Transport {
         // known pace of the others, not the cap: else a read sent to it while it is still
         // stalled would wait the whole attempt timeout (the 300 ms outliers issue 12's tests
         // saw). The cap still applies when no member's pace is known.
-        let paced = |ep: &Endpoint| {
+        let paced = |ep: &Endpoint, now: Instant| {
             if !config.hedging {
                 return None;
             }
-            ep.hedge_delay(cap).or_else(|| {
+            ep.hedge_delay(cap, now).or_else(|| {
                 let endpoints = self.balancer.endpoints();
                 endpoints
                     .iter()
-                    .filter_map(|other| other.hedge_delay(cap))
+                    .filter_map(|other| other.hedge_delay(cap, now))
                     .max()
             })
         };
@@ -210,10 +210,11 @@ impl Transport {
         let mut running = Running::new(first_slot);
 
         self.await_leader(route, plan.deadline()).await;
-        let first = self.pick(route, &target, &attempts.tried)?;
-        attempts.tried.push(first.url.clone());
+        // One clock read for the pick, the member's pace and the attempt's start.
         let now = Instant::now();
-        let id = plan.launched_to(now, false, paced(&first));
+        let first = self.pick(route, &target, &attempts.tried, now)?;
+        attempts.tried.push(first.url.clone());
+        let id = plan.launched_to(now, false, paced(&first, now));
         self.counters.add(Count::Attempt);
         attempts.members.push((id, first.clone(), now));
         running.push(launch(id, first, now));
@@ -259,7 +260,7 @@ impl Transport {
                                     )
                                     .await?;
                                     let now = Instant::now();
-                                    let again = plan.launched_to(now, true, paced(&answer.ep));
+                                    let again = plan.launched_to(now, true, paced(&answer.ep, now));
                                     attempts.members.push((again, answer.ep.clone(), now));
                                     running.push(launch(again, answer.ep, now));
                                     continue;
@@ -302,7 +303,8 @@ impl Transport {
                     for (_, ep, _) in &attempts.members {
                         ep.suspect();
                     }
-                    let Ok(next) = self.pick(route, &target, &attempts.tried) else {
+                    let now = Instant::now();
+                    let Ok(next) = self.pick(route, &target, &attempts.tried, now) else {
                         plan.no_hedge(Instant::now());
                         continue;
                     };
@@ -318,7 +320,8 @@ impl Transport {
                     // away) used the whole budget and a read to it then waited out its deadline.
                     let stalled = !early
                         && attempts.members.last().is_some_and(|(_, ep, _)| {
-                            ep.hedge_delay(cap).is_some_and(|paced| paced * 2 <= cap)
+                            ep.hedge_delay(cap, now)
+                                .is_some_and(|paced| paced * 2 <= cap)
                         });
                     if !self.budget_hedge() && !stalled {
                         // Over budget: an early hedge waits for the cap, one at the cap looks
@@ -337,8 +340,7 @@ impl Transport {
                     self.counters.add(Count::Hedge { early });
                     self.counters.add(Count::Attempt);
                     attempts.tried.push(next.url.clone());
-                    let now = Instant::now();
-                    let id = plan.launched_to(now, false, paced(&next));
+                    let id = plan.launched_to(now, false, paced(&next, now));
                     attempts.members.push((id, next.clone(), now));
                     running.push(launch(id, next, now));
                 }
@@ -365,7 +367,7 @@ impl Transport {
                     crate::metrics::retry(rpc.name());
                     self.counters.add(Count::Attempt);
                     let now = Instant::now();
-                    let id = plan.launched_to(now, false, paced(&next));
+                    let id = plan.launched_to(now, false, paced(&next, now));
                     attempts.members.push((id, next.clone(), now));
                     running.push(launch(id, next, now));
                 }

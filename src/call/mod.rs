@@ -387,12 +387,14 @@ impl Transport {
         route: Route,
         target: &Target,
         tried: &[Arc<str>],
+        now: Instant,
     ) -> Result<Arc<Endpoint>> {
         match target {
             Target::Member(ep) => Ok(ep.clone()),
-            Target::Any | Target::Route(_) => {
-                self.balancer.pick(route, tried).ok_or(Error::NoEndpoints)
-            }
+            Target::Any | Target::Route(_) => self
+                .balancer
+                .pick_at(route, tried, now)
+                .ok_or(Error::NoEndpoints),
         }
     }
 

@@ -178,8 +178,8 @@ impl Endpoint {
 
     /// How long a hedgeable call sent here now waits before it hedges (and suspects this
     /// member), at most `cap`; `None` until the member's tail latency is known.
-    pub(crate) fn hedge_delay(&self, cap: Duration) -> Option<Duration> {
-        self.with_pace(|p| p.hedge_delay(cap, Instant::now()))
+    pub(crate) fn hedge_delay(&self, cap: Duration, now: Instant) -> Option<Duration> {
+        self.with_pace(|p| p.hedge_delay(cap, now))
     }
 
     /// A hedgeable call here answered at `now` in `latency`; `cap` bounds its hedge delay.

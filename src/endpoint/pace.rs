@@ -35,7 +35,7 @@ pub(crate) const TAIL_QUANTILE: f64 = 0.99;
 /// The hedge waits this many times the tail: by then a call is slower than 99 % of the
 /// member's recent calls by a wide margin, so in steady state well under 1 % of calls hedge
 /// (the histogram rounds its quantile up too, by up to half a bucket).
-pub(crate) const TAIL_FACTOR: f64 = 2.0;
+pub(crate) const TAIL_FACTOR: u32 = 2;
 
 /// The shortest hedge delay.
 ///
@@ -56,7 +56,7 @@ pub(crate) const SUSPECT_HOLD: Duration = Duration::from_millis(500);
 /// hedge's margin, since ejection costs far more than a hedge. A member answering in 0.2 ms is
 /// blamed by the fixed timers as before; one that a saturated box slows to a 400 ms tail is not
 /// blamed for a 500 ms answer.
-pub(crate) const BLAME_FACTOR: f64 = 4.0;
+pub(crate) const BLAME_FACTOR: u32 = 4;
 
 /// Times a member's pace that a long-lived stream (watch, keep-alive) may owe it an answer
 /// before the stream counts as stalled and moves: a wide margin, since a move reopens the
@@ -98,7 +98,7 @@ impl Pace {
     /// `None` until the member has answered enough calls to know its tail.
     pub(crate) fn hedge_delay(&mut self, cap: Duration, now: Instant) -> Option<Duration> {
         let tail = self.window.quantile(TAIL_QUANTILE, now)?;
-        Some(tail.mul_f64(TAIL_FACTOR).max(HEDGE_FLOOR).min(cap))
+        Some(tail.saturating_mul(TAIL_FACTOR).max(HEDGE_FLOOR).min(cap))
     }
 
     /// The member's recent tail latency (its p99), once it has answered enough calls.
@@ -113,7 +113,7 @@ impl Pace {
     pub(crate) fn is_overdue(&mut self, age: Duration, now: Instant) -> bool {
         self.window
             .quantile(TAIL_QUANTILE, now)
-            .is_none_or(|tail| age >= tail.mul_f64(BLAME_FACTOR))
+            .is_none_or(|tail| age >= tail.saturating_mul(BLAME_FACTOR))
     }
 
     /// A call here answered in `latency` at `now`: one more sample, and an answer within the

@@ -164,7 +164,9 @@ impl Kv {
         let seen = self.transport.revisions.seen();
         let floor = monotonic::floor(self.transport.options.monotonic_reads, serializable, seen);
         let call = self.call.call(Deadline::Default);
-        let at = self.transport.deadline_at(call.deadline);
+        // The deadline and the copy matter only to a read that may need a second try: no clock
+        // read for the others.
+        let at = floor.and_then(|_| self.transport.deadline_at(call.deadline));
         let again = floor.map(|_| request.clone());
         let resp = send(request, call.clone()).await?;
         // `unary` observed every answer's header; one through consensus may also show that

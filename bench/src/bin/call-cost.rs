@@ -2,7 +2,10 @@
 //! (valgrind's callgrind, repeatable on a noisy machine) and allocations per call (a counting
 //! allocator), for etcd-ha's typed API, etcd's generated client over etcd-ha's
 //! `BalancedChannel`, the etcd-client crate, and the generated client on a bare tonic channel to
-//! the leader (the limit), on one healthy 3-member etcd cluster.
+//! the leader (the limit), on one healthy 3-member etcd cluster. `bare-keepalive` is that
+//! channel with the HTTP/2 keepalive etcd-ha sets (10 s / 3 s, not while idle): hyper then
+//! reads the clock on every frame and polls its ping timer on every turn of the connection,
+//! a cost of keeping connections checked that is not etcd-ha's own layer.
 //!
 //! ```text
 //! PROTOC=$(scripts/protoc-path) cargo run --release -p etcd-ha-bench --bin call-cost  # ~6 min
@@ -55,11 +58,11 @@ struct Args {
     /// The etcd release of the cluster (default: ETCD_BIN, else 3.6's latest).
     #[arg(long)]
     etcd_version: Option<String>,
-    /// Clients, comma-separated (etcd-ha, balanced-channel, etcd-client, bare).
+    /// Clients, comma-separated (etcd-ha, balanced-channel, etcd-client, bare, bare-keepalive).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "etcd-ha,balanced-channel,etcd-client,bare"
+        default_value = "etcd-ha,balanced-channel,etcd-client,bare,bare-keepalive"
     )]
     clients: Vec<String>,
     /// Calls, comma-separated (put, get-linearizable, get-serializable, txn).
@@ -177,13 +180,22 @@ impl Caller {
                     .map_err(|e| format!("etcd-client connects: {e}"))?
                     .kv_client(),
             )),
-            "bare" => Caller::Bare(KvClient::new(
-                Channel::from_shared(leader.to_string())
-                    .map_err(|e| e.to_string())?
-                    .connect()
-                    .await
-                    .map_err(|e| format!("a channel to the leader: {e}"))?,
-            )),
+            "bare" | "bare-keepalive" => {
+                let mut channel =
+                    Channel::from_shared(leader.to_string()).map_err(|e| e.to_string())?;
+                if name == "bare-keepalive" {
+                    channel = channel
+                        .http2_keep_alive_interval(etcd_ha::DEFAULT_KEEPALIVE_INTERVAL)
+                        .keep_alive_timeout(etcd_ha::DEFAULT_KEEPALIVE_TIMEOUT)
+                        .keep_alive_while_idle(false);
+                }
+                Caller::Bare(KvClient::new(
+                    channel
+                        .connect()
+                        .await
+                        .map_err(|e| format!("a channel to the leader: {e}"))?,
+                ))
+            }
             other => return Err(format!("unknown client {other:?}")),
         })
     }
@@ -392,8 +404,15 @@ async fn run(args: Args) -> Result<(), String> {
         args.idle_secs
     );
     println!(
-        "{:<18} {:<18} {:>13} {:>8} {:>12} {:>11} {:>16}",
-        "call", "client", "instructions", "/bare", "allocations", "bytes", "background Ir/s"
+        "{:<18} {:<18} {:>13} {:>8} {:>9} {:>12} {:>11} {:>16}",
+        "call",
+        "client",
+        "instructions",
+        "/bare",
+        "/bare+ka",
+        "allocations",
+        "bytes",
+        "background Ir/s"
     );
     for op in &args.ops {
         Op::parse(op)?;
@@ -401,18 +420,24 @@ async fn run(args: Args) -> Result<(), String> {
         for client in &args.clients {
             costs.push((client, count(&args, &dir, client, op, &endpoints, &leader)?));
         }
-        let bare = costs
-            .iter()
-            .find(|(c, _)| c.as_str() == "bare")
-            .map(|(_, cost)| cost.instructions);
+        let of = |name: &str| {
+            costs
+                .iter()
+                .find(|(c, _)| c.as_str() == name)
+                .map(|(_, cost)| cost.instructions)
+        };
+        let (bare, kept) = (of("bare"), of("bare-keepalive"));
         for (client, cost) in &costs {
-            let ratio = bare.map_or("-".to_string(), |b| format!("{:.2}", cost.instructions / b));
+            let ratio = |base: Option<f64>| {
+                base.map_or("-".to_string(), |b| format!("{:.2}", cost.instructions / b))
+            };
             println!(
-                "{:<18} {:<18} {:>13.0} {:>8} {:>12.1} {:>11.0} {:>16.0}",
+                "{:<18} {:<18} {:>13.0} {:>8} {:>9} {:>12.1} {:>11.0} {:>16.0}",
                 op,
                 client,
                 cost.instructions,
-                ratio,
+                ratio(bare),
+                ratio(kept),
                 cost.allocs,
                 cost.bytes,
                 cost.background_per_sec
