@@ -26,10 +26,33 @@ pub enum Route {
     /// Needs the raft leader's agreement (writes, linearizable reads, lease, election, lock):
     /// the leader if it is healthy, else the healthiest, fastest member (which forwards).
     Leader,
+    /// Only the leader itself can serve it (`MoveLeader`: a follower answers "not leader"
+    /// instead of forwarding). As [`Route::Leader`], but never through a follower's forward,
+    /// not even around a slow link to the leader.
+    ///
+    /// ```
+    /// use etcd_ha::rpc::{Route, Rpc};
+    /// assert_eq!(Rpc::MoveLeader.route(), Route::LeaderItself);
+    /// assert!(Route::LeaderItself.is_leader_bound());
+    /// ```
+    LeaderItself,
     /// Can be served from any member's local state: the fastest healthy member, load spread.
     Any,
     /// A call about one particular member (maintenance pinned with `on()`).
     Pinned,
+}
+
+impl Route {
+    /// Whether the call needs the raft leader: [`Route::Leader`] or [`Route::LeaderItself`].
+    ///
+    /// ```
+    /// use etcd_ha::rpc::Route;
+    /// assert!(Route::Leader.is_leader_bound());
+    /// assert!(!Route::Any.is_leader_bound());
+    /// ```
+    pub fn is_leader_bound(self) -> bool {
+        matches!(self, Route::Leader | Route::LeaderItself)
+    }
 }
 
 /// Whether sending a request twice can do harm.
@@ -271,7 +294,9 @@ impl Rpc {
             }
             // Any member serves watches from its own store; spreading them spares the leader.
             Watch => Route::Any,
-            Downgrade | MoveLeader => Route::Leader,
+            // The leader checks that it leads before moving its leadership; a follower refuses.
+            MoveLeader => Route::LeaderItself,
+            Downgrade => Route::Leader,
             _ => Route::Leader,
         }
     }
@@ -383,7 +408,7 @@ impl Rpc {
             // A watch on a member cut off from the leader would silently stop: with
             // require-leader etcd cancels it after three election timeouts instead.
             Watch => true,
-            _ => self.route() == Route::Leader,
+            _ => self.route().is_leader_bound(),
         }
     }
 

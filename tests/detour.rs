@@ -82,6 +82,22 @@ async fn leader_bound_calls_detour_around_a_slow_link_to_the_leader_and_come_bac
         .await
         .expect("a linearizable read");
     let read = t.elapsed();
+    // A leader move, which only the leader serves, goes straight over the slow link (a
+    // follower would refuse it) and needs one attempt. It moves leadership to itself here,
+    // a no-op, so the rest of the test keeps its leader.
+    let leader_id = client
+        .endpoints()
+        .into_iter()
+        .find(|e| e.is_leader)
+        .and_then(|e| e.member_id)
+        .expect("the leader's member id");
+    let before_move = client.call_stats();
+    client
+        .maintenance()
+        .move_leader(leader_id)
+        .await
+        .expect("a leader move through the slow link");
+    let moved = client.call_stats().since(&before_move);
 
     // The link is fast again: leader-bound calls come back to it.
     proxy.set_mode(Mode::Pass);
@@ -125,4 +141,9 @@ async fn leader_bound_calls_detour_around_a_slow_link_to_the_leader_and_come_bac
         "a slow link ejects nobody: {slow_member:?}"
     );
     assert_eq!(run.ejections, 0, "no ejection: {:?}", client.endpoints());
+    assert_eq!(
+        (moved.calls, moved.attempts),
+        (1, 1),
+        "the leader move went to the leader at once: {moved:?}"
+    );
 }

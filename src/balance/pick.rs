@@ -41,6 +41,8 @@ pub trait PickPolicy: Debug + Send + Sync + 'static {
 ///   over twice as long plus 10 ms, see [`Candidate::leader_path`]): then that follower;
 ///   else the fastest healthy member (it forwards to the leader); else probation, then
 ///   leaderless, then ejected members.
+/// - [`Route::LeaderItself`]: as [`Route::Leader`], but never a detour around the leader's
+///   link (a follower refuses such a call).
 /// - [`Route::Any`]: power of two choices by latency among healthy members (spreads serializable
 ///   reads, avoids slow ones); else leaderless members (they still serve serializable reads),
 ///   then probation, then ejected.
@@ -182,6 +184,11 @@ mod tests {
             LeaderFirst.pick(Route::Leader, &slow, &[true, false, true]),
             1
         );
+        // A call only the leader itself serves (MoveLeader) takes the slow link: a follower
+        // would refuse it, not forward it.
+        for _ in 0..50 {
+            assert_eq!(LeaderFirst.pick(Route::LeaderItself, &slow, &[false; 3]), 1);
+        }
     }
 
     #[test]

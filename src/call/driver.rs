@@ -166,7 +166,7 @@ impl Transport {
         // A prompt call that needs the leader leaves a debt on its member until answered: the
         // next leader-bound call sees a stalled leader at once, even when this one's caller
         // gives up and drops it (see `endpoint/silence.rs`).
-        let owes = route == Route::Leader && config.prompt;
+        let owes = route.is_leader_bound() && config.prompt;
         let launch = |id: AttemptId, ep: Arc<Endpoint>, now: Instant| {
             if owes {
                 ep.owe(now);

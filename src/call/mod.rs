@@ -369,7 +369,7 @@ impl Transport {
     /// [`Balancer::leader_unready`]); bounded by the leader grace and 3/4 of what is left of
     /// `deadline`.
     pub(crate) fn leader_wait(&self, route: Route, deadline: Option<Instant>) -> Option<Instant> {
-        if route != Route::Leader {
+        if !route.is_leader_bound() {
             return None;
         }
         let since = self.balancer.leader_unready()?;
