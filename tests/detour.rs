@@ -113,7 +113,8 @@ async fn leader_bound_calls_detour_around_a_slow_link_to_the_leader_and_come_bac
         .unwrap();
     eprintln!(
         "detour: puts in {window:?}: {before} before, {during} through the slow link \
-         ({:.2}x; longest {longest:?}; {slowest:?} while detecting), {after} after; a linearizable read during it: {read:?}; bytes through the leader's link: \
+         ({:.2}x; longest {longest:?}; {slowest:?} while detecting), {after} after; \
+         a linearizable read during it: {read:?}; bytes through the leader's link: \
          {direct_bytes} before, {back_bytes} after; {} ejections",
         f64::from(during) / f64::from(before),
         run.ejections,
