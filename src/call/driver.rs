@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 use tonic::Request;
 
-use super::plan::{AttemptId, Failed, Pace, Plan, PlanConfig, RetryWait, Step, Timer, retry_wait};
+use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
 use super::running::Running;
 use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
@@ -144,25 +144,24 @@ impl Transport {
         let deadline = self.deadline_from(deadline, start);
         let config = self.plan_config(rpc, &target, stream, deadline.is_some());
         let mut plan = Plan::new(config, deadline);
-        // The member's pace, for the calls that hedge (the others need none); the others'
-        // only when its own is not known (what the plan does with them is the plan's).
+        // The member's own hedge delay, for the calls that hedge (the others need none).
         let cap = self.options.attempt_timeout;
+        // A member with too few recent answers to know its pace (new, or silent for the
+        // latency window: a stalled member that was ejected and came back) takes the slowest
+        // known pace of the others, not the cap: else a read sent to it while it is still
+        // stalled would wait the whole attempt timeout (the 300 ms outliers issue 12's tests
+        // saw). The cap still applies when no member's pace is known.
         let paced = |ep: &Endpoint, now: Instant| {
             if !config.hedging {
-                return Pace::default();
+                return None;
             }
-            let own = ep.hedge_delay(cap, now);
-            let others = own.is_none().then(|| {
+            ep.hedge_delay(cap, now).or_else(|| {
                 let endpoints = self.balancer.endpoints();
                 endpoints
                     .iter()
                     .filter_map(|other| other.hedge_delay(cap, now))
                     .max()
-            });
-            Pace {
-                own,
-                others: others.flatten(),
-            }
+            })
         };
         // A prompt call that needs the leader leaves a debt on its member until answered: the
         // next leader-bound call sees a stalled leader at once, even when this one's caller
@@ -298,7 +297,7 @@ impl Transport {
                         self.learn(ep, &Error::Timeout);
                     }
                 }
-                Step::Hedge { early, budgeted } => {
+                Step::Hedge { early } => {
                     // The attempt in flight is overdue by its member's own pace: new calls
                     // avoid that member while it is suspected.
                     for (_, ep, _) in &attempts.members {
@@ -314,7 +313,17 @@ impl Transport {
                         plan.no_hedge(Instant::now());
                         continue;
                     }
-                    if budgeted && !self.budget_hedge() {
+                    // At the cap, an attempt to a member that answers in well under the cap
+                    // (its own pace known) is stalled, not slow: that hedge is recovery, not
+                    // speculation, and goes whatever the budget says. Without this, calls stuck
+                    // on a black-holed leader (leader-bound, so suspicion cannot steer them
+                    // away) used the whole budget and a read to it then waited out its deadline.
+                    let stalled = !early
+                        && attempts.members.last().is_some_and(|(_, ep, _)| {
+                            ep.hedge_delay(cap, now)
+                                .is_some_and(|paced| paced * 2 <= cap)
+                        });
+                    if !self.budget_hedge() && !stalled {
                         // Over budget: an early hedge waits for the cap, one at the cap looks
                         // again one cap later (the budget refills as calls go on).
                         self.counters.add(Count::HedgeRefused);
@@ -336,12 +345,17 @@ impl Transport {
                     running.push(launch(id, next, now));
                 }
                 Step::Retry { after, error } => {
-                    let leader = self.leader_wait(route, plan.deadline());
-                    match retry_wait(after, leader, Instant::now()) {
-                        RetryWait::Leader(until) => {
+                    match self.leader_wait(route, plan.deadline()) {
+                        // The leader is being replaced (it dropped this proposal, say, while
+                        // handing over): waiting for the next one is the backoff, and it ends
+                        // the moment that leader is known, where a fixed backoff first added up
+                        // to 25 ms to writes after a leader move. Only when that wait can last
+                        // longer than the backoff: a retry comes sooner only because the next
+                        // leader is known, so a failing member is not hammered.
+                        Some(until) if until >= Instant::now() + after => {
                             self.balancer.await_leader(until, super::LEADER_NUDGE).await;
                         }
-                        RetryWait::Backoff(after) => {
+                        _ => {
                             tokio::time::sleep(after).await;
                             self.await_leader(route, plan.deadline()).await;
                         }

@@ -11,14 +11,9 @@
 //!   driver's endpoints), and at the latest at the cap `min(attempt timeout, remaining
 //!   deadline / 3)`, computed from the call's own deadline, so a short per-call deadline still
 //!   gets a hedge;
-//! - a member whose own pace is not known yet (new, or back from a silence) is paced like the
-//!   slowest member whose pace is known, not at the cap ([`Pace`]);
-//! - a hedge needs the hedge budget's consent ([`Step::Hedge`]), except a hedge at the cap from
-//!   an attempt whose member answers in well under the cap: that attempt is stalled, and the
-//!   hedge is recovery, not speculation; a refused hedge before the cap (an *early* one) waits
-//!   for the cap, one at the cap looks again a cap later ([`Plan::hedge_refused`]);
-//! - a retry of a leader-bound call while a leader is being elected waits for that leader
-//!   rather than a fixed backoff, when that wait may last longer ([`retry_wait`]);
+//! - the driver asks the hedge budget before every hedge; a refused hedge before the cap (an
+//!   *early* one) waits for the cap, one at the cap looks again a cap later
+//!   ([`Plan::hedge_refused`]);
 //! - a definite answer (success, or an error that is not retryable) from any attempt wins;
 //! - a mutation is never sent again after an ambiguous failure (the retry policy says so);
 //! - the token is renewed at most once per call;
@@ -67,36 +62,6 @@ pub(crate) struct PlanConfig {
     pub(crate) retry: RetryPolicy,
 }
 
-/// What the driver read of a member's pace when it sent it an attempt (both inputs: the
-/// member's latency window is the driver's).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Pace {
-    /// The member's own hedge delay, a multiple of its recent tail latency; `None` when it has
-    /// too few recent answers to know.
-    pub(crate) own: Option<Duration>,
-    /// The slowest hedge delay among the members whose own is known (read only when `own` is
-    /// not).
-    pub(crate) others: Option<Duration>,
-}
-
-impl Pace {
-    /// The hedge delay of an attempt to this member: its own, else the slowest known among the
-    /// others. Not the cap: a read sent to a member still stalled after a silence would
-    /// otherwise wait the whole attempt timeout before its hedge.
-    fn delay(self) -> Option<Duration> {
-        self.own.or(self.others)
-    }
-}
-
-/// How a retry waits (see [`retry_wait`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RetryWait {
-    /// Until the next leader is known, at the latest until this instant.
-    Leader(Instant),
-    /// This backoff, then for a leader if one is being elected by then.
-    Backoff(Duration),
-}
-
 /// How an attempt failed. (A success needs no plan: it is always the call's answer.)
 #[derive(Debug)]
 pub(crate) struct Failed {
@@ -131,10 +96,9 @@ pub(crate) enum Step {
     /// Sleep `after`, then send a new attempt to another member; `error` is the last failure.
     Retry { after: Duration, error: Error },
     /// Send a new attempt to another member now (if there is one; else [`Plan::no_hedge`]).
-    /// `early`: before the cap, on the member's own pace. `budgeted`: it needs the hedge
-    /// budget's consent (else [`Plan::hedge_refused`]); a hedge at the cap from a stalled
-    /// attempt does not.
-    Hedge { early: bool, budgeted: bool },
+    /// `early`: before the cap, on the member's own pace. Any hedge needs the budget's
+    /// consent (else [`Plan::hedge_refused`]).
+    Hedge { early: bool },
     /// Renew the token (within the deadline), then send this attempt's request again to the
     /// same member.
     Renew,
@@ -148,8 +112,6 @@ struct InFlight {
     started: Instant,
     /// Already counted late by [`Timer::Late`].
     late: bool,
-    /// The member's own hedge delay when the attempt was sent.
-    own_pace: Option<Duration>,
 }
 
 /// One call's state.
@@ -203,12 +165,17 @@ impl Plan {
     /// a member with no known pace; returns its id.
     #[cfg(test)]
     pub(crate) fn launched(&mut self, now: Instant, renewal: bool) -> AttemptId {
-        self.launched_to(now, renewal, Pace::default())
+        self.launched_to(now, renewal, None)
     }
 
-    /// An attempt was sent at `now` to a member of this `pace`; returns its id. It is hedged
-    /// after the pace's delay, at the latest at the cap.
-    pub(crate) fn launched_to(&mut self, now: Instant, renewal: bool, pace: Pace) -> AttemptId {
+    /// An attempt was sent at `now` to a member whose own hedge delay is `paced` (`None`: not
+    /// known yet); returns its id. It is hedged after that delay, at the latest at the cap.
+    pub(crate) fn launched_to(
+        &mut self,
+        now: Instant,
+        renewal: bool,
+        paced: Option<Duration>,
+    ) -> AttemptId {
         let id = self.next_id;
         self.next_id += 1;
         if !renewal {
@@ -218,25 +185,11 @@ impl Plan {
             id,
             started: now,
             late: false,
-            own_pace: pace.own,
         });
         let cap = self.hedge_delay(now);
         self.hedge_cap_at = Some(now + cap);
-        self.hedge_at = Some(now + pace.delay().map_or(cap, |d| d.min(cap)));
+        self.hedge_at = Some(now + paced.map_or(cap, |d| d.min(cap)));
         id
-    }
-
-    /// Whether the attempt in flight is stalled rather than slow: its member's own pace, when
-    /// it was sent, was at most half the attempt timeout. Its hedge at the cap is recovery and
-    /// needs no budget; without this, calls stuck on a black-holed leader (leader-bound, so
-    /// suspicion cannot steer them away) used the whole budget, and a read to it then waited
-    /// out its deadline.
-    fn stalled(&self) -> bool {
-        self.in_flight
-            .iter()
-            .max_by_key(|a| a.id)
-            .and_then(|a| a.own_pace)
-            .is_some_and(|pace| pace * 2 <= self.config.attempt_timeout)
     }
 
     /// A hedge was due but there was no other member to send it to: look again soon (a member
@@ -296,10 +249,8 @@ impl Plan {
             Timer::Hedge => {
                 self.hedge_at = None;
                 if self.can_hedge() {
-                    let early = self.hedge_cap_at.is_some_and(|cap| now < cap);
                     Step::Hedge {
-                        early,
-                        budgeted: early || !self.stalled(),
+                        early: self.hedge_cap_at.is_some_and(|cap| now < cap),
                     }
                 } else {
                     Step::Wait
@@ -385,20 +336,6 @@ impl Plan {
             };
         }
         Step::Retry { after, error }
-    }
-}
-
-/// How a retry due after the backoff `after` waits at `now`, when a leader-bound call would
-/// wait for the next leader until `leader` (`None`: no election on, or not leader-bound).
-/// When the leader is being replaced (it dropped this proposal while handing over, say),
-/// waiting for the next one is the backoff, and it ends the moment that leader is known,
-/// where a fixed backoff added up to 25 ms to writes after a leader move. Only when that
-/// wait can last longer than the backoff: a retry comes sooner only because the next
-/// leader is known, so a failing member is not hammered.
-pub(crate) fn retry_wait(after: Duration, leader: Option<Instant>, now: Instant) -> RetryWait {
-    match leader {
-        Some(until) if until >= now + after => RetryWait::Leader(until),
-        _ => RetryWait::Backoff(after),
     }
 }
 

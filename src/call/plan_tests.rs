@@ -28,14 +28,6 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// A member whose own pace is `delay`.
-fn own(delay: Duration) -> Pace {
-    Pace {
-        own: Some(delay),
-        others: None,
-    }
-}
-
 fn failed(error: Error) -> Failed {
     Failed {
         error,
@@ -59,7 +51,7 @@ fn hedge_fires_at_the_attempt_timeout_or_a_third_of_what_is_left() {
     assert_eq!(at.duration_since(t0), ms(200) / 3);
     assert!(matches!(
         plan.fire(Timer::Hedge, at),
-        Step::Hedge { early: false, .. }
+        Step::Hedge { early: false }
     ));
     // After the hedge, two are in flight: no third.
     plan.launched(at, false);
@@ -288,7 +280,7 @@ fn a_hedge_with_nowhere_to_go_is_looked_at_again_later() {
     plan.launched(t0, false);
     assert!(matches!(
         plan.fire(Timer::Hedge, t0 + ATTEMPT),
-        Step::Hedge { early: false, .. }
+        Step::Hedge { early: false }
     ));
     plan.no_hedge(t0 + ATTEMPT);
     assert!(matches!(
@@ -309,7 +301,7 @@ fn a_refused_hedge_at_the_cap_waits_a_whole_cap() {
     plan.launched(t0, false);
     assert!(matches!(
         plan.fire(Timer::Hedge, t0 + ATTEMPT),
-        Step::Hedge { early: false, .. }
+        Step::Hedge { early: false }
     ));
     plan.hedge_refused(t0 + ATTEMPT);
     plan.fire(Timer::Late(0), t0 + ATTEMPT);
@@ -321,19 +313,19 @@ fn a_paced_member_is_hedged_early_and_never_after_the_cap() {
     let t0 = Instant::now();
     // The member's own pace says 5 ms: hedge then, early (before the 300 ms cap).
     let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    plan.launched_to(t0, false, own(ms(5)));
+    plan.launched_to(t0, false, Some(ms(5)));
     assert_eq!(plan.next_timer(), Some((t0 + ms(5), Timer::Hedge)));
     assert!(matches!(
         plan.fire(Timer::Hedge, t0 + ms(5)),
-        Step::Hedge { early: true, .. }
+        Step::Hedge { early: true }
     ));
     // A pace slower than the cap: the cap wins, and the hedge is not early.
     let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    plan.launched_to(t0, false, own(ms(900)));
+    plan.launched_to(t0, false, Some(ms(900)));
     assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT, Timer::Hedge)));
     assert!(matches!(
         plan.fire(Timer::Hedge, t0 + ATTEMPT),
-        Step::Hedge { early: false, .. }
+        Step::Hedge { early: false }
     ));
 }
 
@@ -341,16 +333,16 @@ fn a_paced_member_is_hedged_early_and_never_after_the_cap() {
 fn a_refused_early_hedge_waits_for_the_cap() {
     let t0 = Instant::now();
     let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    plan.launched_to(t0, false, own(ms(5)));
+    plan.launched_to(t0, false, Some(ms(5)));
     assert!(matches!(
         plan.fire(Timer::Hedge, t0 + ms(5)),
-        Step::Hedge { early: true, .. }
+        Step::Hedge { early: true }
     ));
     plan.hedge_refused(t0 + ms(5));
     assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT, Timer::Hedge)));
     assert!(matches!(
         plan.fire(Timer::Hedge, t0 + ATTEMPT),
-        Step::Hedge { early: false, .. }
+        Step::Hedge { early: false }
     ));
 }
 
@@ -358,107 +350,6 @@ fn a_refused_early_hedge_waits_for_the_cap() {
 fn mutations_ignore_the_pace() {
     let t0 = Instant::now();
     let mut plan = Plan::new(config(Rpc::Put), Some(t0 + ms(1000)));
-    plan.launched_to(t0, false, own(ms(5)));
+    plan.launched_to(t0, false, Some(ms(5)));
     assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT, Timer::Late(0))));
-}
-
-#[test]
-fn a_member_of_unknown_pace_takes_the_slowest_known_one() {
-    let t0 = Instant::now();
-    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    // Back from a silence, its own pace unknown: paced like the slowest of the others (40 ms),
-    // not at the 300 ms cap.
-    let unknown = Pace {
-        own: None,
-        others: Some(ms(40)),
-    };
-    plan.launched_to(t0, false, unknown);
-    assert_eq!(plan.next_timer(), Some((t0 + ms(40), Timer::Hedge)));
-    // Its own pace, when known, wins over the others'.
-    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    let known = Pace {
-        own: Some(ms(8)),
-        others: Some(ms(40)),
-    };
-    plan.launched_to(t0, false, known);
-    assert_eq!(plan.next_timer(), Some((t0 + ms(8), Timer::Hedge)));
-    // No pace known anywhere: the cap.
-    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    plan.launched_to(t0, false, Pace::default());
-    assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT, Timer::Hedge)));
-}
-
-#[test]
-fn a_hedge_at_the_cap_from_a_stalled_attempt_needs_no_budget() {
-    let t0 = Instant::now();
-    // The member answers in 20 ms, and an early hedge was refused: at the cap the attempt is
-    // stalled (owed 15 times its pace), and its hedge is recovery.
-    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    plan.launched_to(t0, false, own(ms(20)));
-    assert!(matches!(
-        plan.fire(Timer::Hedge, t0 + ms(20)),
-        Step::Hedge {
-            early: true,
-            budgeted: true
-        }
-    ));
-    plan.hedge_refused(t0 + ms(20));
-    assert!(matches!(
-        plan.fire(Timer::Hedge, t0 + ATTEMPT),
-        Step::Hedge {
-            early: false,
-            budgeted: false
-        }
-    ));
-    // A member whose pace is more than half the cap is slow, not stalled: the budget decides.
-    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    plan.launched_to(t0, false, own(ms(200)));
-    assert!(matches!(
-        plan.fire(Timer::Hedge, t0 + ms(200)),
-        Step::Hedge { budgeted: true, .. }
-    ));
-    plan.hedge_refused(t0 + ms(200));
-    assert!(matches!(
-        plan.fire(Timer::Hedge, t0 + ATTEMPT),
-        Step::Hedge {
-            early: false,
-            budgeted: true
-        }
-    ));
-    // Nor is an attempt to a member whose own pace was unknown (only borrowed).
-    let mut plan = Plan::new(config(read()), Some(t0 + ms(1000)));
-    let borrowed = Pace {
-        own: None,
-        others: Some(ms(20)),
-    };
-    plan.launched_to(t0, false, borrowed);
-    plan.hedge_refused(t0 + ms(20));
-    assert!(matches!(
-        plan.fire(Timer::Hedge, t0 + ATTEMPT),
-        Step::Hedge { budgeted: true, .. }
-    ));
-}
-
-#[test]
-fn a_retry_waits_for_the_next_leader_only_when_that_may_outlast_the_backoff() {
-    let t0 = Instant::now();
-    let backoff = ms(25);
-    // No election on (or not leader-bound): the backoff.
-    assert_eq!(retry_wait(backoff, None, t0), RetryWait::Backoff(backoff));
-    // An election that may last 500 ms: wait for its leader, which ends the wait the moment it
-    // is known.
-    assert_eq!(
-        retry_wait(backoff, Some(t0 + ms(500)), t0),
-        RetryWait::Leader(t0 + ms(500))
-    );
-    // A wait that ends before the backoff would: the backoff, so that a failing member is not
-    // sent the retry sooner than it would be without an election.
-    assert_eq!(
-        retry_wait(backoff, Some(t0 + ms(10)), t0),
-        RetryWait::Backoff(backoff)
-    );
-    assert_eq!(
-        retry_wait(backoff, Some(t0 + backoff), t0),
-        RetryWait::Leader(t0 + backoff)
-    );
 }
