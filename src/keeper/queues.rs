@@ -185,4 +185,9 @@ impl Queues {
     pub(super) fn any_in_flight(&self) -> bool {
         self.in_flight > 0
     }
+
+    /// How many leases have a request in flight.
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
 }

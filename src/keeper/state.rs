@@ -382,6 +382,11 @@ impl Table {
             .is_some_and(|since| now >= later(since, self.silence_limit()))
     }
 
+    /// How many renewals are in flight on the stream.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.queues.in_flight()
+    }
+
     /// How long the stream has owed an answer at `now`.
     pub(crate) fn owed_for(&self, now: Instant) -> Duration {
         self.owed_since
