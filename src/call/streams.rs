@@ -14,7 +14,7 @@ use crate::rpc::Rpc;
 
 /// Room for requests queued on a bidirectional stream before `send` waits: enough for a burst
 /// of watch creates or keep-alives, small enough that a stuck stream pushes back on the caller.
-const STREAM_REQUEST_BUFFER: usize = 64;
+pub(crate) const STREAM_REQUEST_BUFFER: usize = 64;
 
 impl Transport {
     /// Open a stream: the request is built by `make` for each attempt (a stream body cannot be
@@ -57,10 +57,33 @@ impl Transport {
             Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
         >,
     {
+        self.open_bidi_buffered(rpc, how, first, STREAM_REQUEST_BUFFER, call)
+            .await
+    }
+
+    /// [`open_bidi`](Self::open_bidi) with room for `buffer` queued requests.
+    async fn open_bidi_buffered<Req, Resp, F, Fut>(
+        &self,
+        rpc: Rpc,
+        how: Call,
+        first: Req,
+        buffer: usize,
+        call: F,
+    ) -> Result<(
+        tokio::sync::mpsc::Sender<Req>,
+        crate::stream::ResponseStream<Resp>,
+    )>
+    where
+        Req: Clone + Send + 'static,
+        F: Fn(Conn, Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
+        Fut: Future<
+            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
+        >,
+    {
         // Each attempt needs its own channel; keep the sender of the attempt that opened.
         let sender = std::sync::Mutex::new(None);
         let make = || {
-            let (tx, rx) = tokio::sync::mpsc::channel(STREAM_REQUEST_BUFFER);
+            let (tx, rx) = tokio::sync::mpsc::channel(buffer);
             tx.try_send(first.clone())
                 .expect("a new channel has room for one message");
             *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
@@ -83,6 +106,7 @@ impl Transport {
         rpc: Rpc,
         first: Req,
         limit: Duration,
+        buffer: usize,
         call: F,
     ) -> Result<(
         tokio::sync::mpsc::Sender<Req>,
@@ -96,7 +120,7 @@ impl Transport {
             Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
         >,
     {
-        let opening = self.open_bidi(rpc, Call::default(), first, call);
+        let opening = self.open_bidi_buffered(rpc, Call::default(), first, buffer, call);
         let (tx, answers) = tokio::time::timeout(limit, opening)
             .await
             .map_err(|_| Error::Timeout)??;

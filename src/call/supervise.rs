@@ -58,6 +58,8 @@ pub(crate) struct Reopen {
 pub(crate) struct Supervisor {
     transport: Weak<Transport>,
     open_limit: Duration,
+    /// Room for requests queued on the stream before the task must wait for it to drain.
+    request_buffer: usize,
 }
 
 impl Supervisor {
@@ -70,7 +72,16 @@ impl Supervisor {
                 .options
                 .request_timeout
                 .unwrap_or(crate::options::DEFAULT_REQUEST_TIMEOUT),
+            request_buffer: super::streams::STREAM_REQUEST_BUFFER,
         }
+    }
+
+    /// Queue up to `requests` on each stream before sends wait for it to drain: a task that
+    /// pipelines many small requests (the keeper's renewals) must be able to put a whole
+    /// window out in one turn, as it is woken only by answers and deadlines.
+    pub(crate) fn with_request_buffer(mut self, requests: usize) -> Self {
+        self.request_buffer = requests.max(1);
+        self
     }
 
     /// Start opening a stream of `rpc` with `first` as its first message (routed, retried and
@@ -93,10 +104,12 @@ impl Supervisor {
             > + Send,
     {
         let transport = self.transport.clone();
-        let limit = self.open_limit;
+        let (limit, buffer) = (self.open_limit, self.request_buffer);
         Box::pin(async move {
             let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            transport.open_supervised(rpc, first, limit, call).await
+            transport
+                .open_supervised(rpc, first, limit, buffer, call)
+                .await
         })
     }
 

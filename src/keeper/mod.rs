@@ -6,6 +6,7 @@
 //! (so that no renewal walks every lease), `task.rs` the task that drives it with the stream,
 //! `kept.rs` the lease handles, this file the keeper handle.
 
+mod answers;
 mod kept;
 mod link;
 mod queues;

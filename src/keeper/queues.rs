@@ -146,15 +146,28 @@ impl Queues {
             .map(|(_, id)| *id)
     }
 
-    /// Up to `at_most` ready leases, nearest to expiry first.
-    pub(super) fn ready(&self, at_most: usize) -> Vec<i64> {
-        self.ready.iter().take(at_most).map(|(_, id)| *id).collect()
+    /// Up to `at_most` ready leases expiring at `cutoff` or later, nearest to expiry first.
+    pub(super) fn ready(&self, cutoff: Instant, at_most: usize) -> Vec<i64> {
+        self.ready
+            .range((cutoff, i64::MIN)..)
+            .take(at_most)
+            .map(|(_, id)| *id)
+            .collect()
     }
 
-    /// The earliest next renewal of an idle lease (waiting or ready).
-    pub(super) fn next_renewal(&self) -> Option<Instant> {
+    /// The lease nearest to local expiry among those expiring at `cutoff` or later.
+    pub(super) fn first_expiry_from(&self, cutoff: Instant) -> Option<(Instant, i64)> {
+        self.by_expiry.range((cutoff, i64::MIN)..).next().copied()
+    }
+
+    /// The earliest next renewal of an idle lease (waiting, or ready and expiring at `cutoff`
+    /// or later: the others are no longer sent, and wait only for their expiry).
+    pub(super) fn next_renewal(&self, cutoff: Instant) -> Option<Instant> {
         let waiting = self.waiting.first().map(|(at, _)| *at);
-        let ready = self.ready_renewals.first().map(|(at, _)| *at);
+        let sendable = self.ready.range((cutoff, i64::MIN)..).next().is_some();
+        let ready = sendable
+            .then(|| self.ready_renewals.first().map(|(at, _)| *at))
+            .flatten();
         waiting.into_iter().chain(ready).min()
     }
 

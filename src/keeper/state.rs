@@ -39,7 +39,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::queues::{Keys, Queues, Risk, Stage};
-use super::ttl::{at_risk_from, later};
+use super::ttl::{self, at_risk_from, later};
 
 /// Why a lease is lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,9 +205,23 @@ impl Table {
         false
     }
 
-    /// The lease to open a stream with: the one closest to expiry.
+    /// The lease to open a stream with: the one closest to expiry that is still sent a
+    /// renewal (else the one closest to expiry: a stream opens only with a message).
     pub(crate) fn most_urgent(&self) -> Option<i64> {
-        self.queues.first_expiry().map(|(_, id)| id)
+        self.queues
+            .first_expiry_from(self.send_cutoff(Instant::now()))
+            .or_else(|| self.queues.first_expiry())
+            .map(|(_, id)| id)
+    }
+
+    /// Leases expiring before this instant are no longer sent a renewal
+    /// ([`ttl::last_send_margin`]).
+    fn send_cutoff(&self, now: Instant) -> Instant {
+        let margin = self
+            .queues
+            .min_ttl()
+            .map_or(Duration::ZERO, ttl::last_send_margin);
+        ttl::later(now, margin)
     }
 
     /// Leases due for a renewal at `now` with none in flight, closest to expiry first.
@@ -217,14 +231,15 @@ impl Table {
     }
 
     /// The first `at_most` leases due for a renewal at `now` with none in flight, closest to
-    /// expiry first (the rest stay due, in that order, for the next call). Costs O(log n) per
+    /// expiry first (the rest stay due, in that order, for the next call), leaving out those
+    /// too close to expiry to be saved ([`ttl::last_send_margin`]). Costs O(log n) per
     /// lease newly found due and per lease returned: a stream that takes only a few requests
     /// per turn does not make each turn walk every lease still to send.
     pub(crate) fn due_at_most(&mut self, now: Instant, at_most: usize) -> Vec<i64> {
         while let Some(id) = self.queues.waiting_due(now) {
             self.rekey(id, |k| k.stage = Stage::Ready);
         }
-        self.queues.ready(at_most)
+        self.queues.ready(self.send_cutoff(now), at_most)
     }
 
     /// A renewal of `id` went out at `at`.
@@ -398,7 +413,7 @@ impl Table {
     pub(crate) fn next_deadline(&self, stream_up: bool) -> Option<Instant> {
         let mut next = self.queues.first_expiry().map(|(at, _)| at);
         if stream_up {
-            let renewals = self.queues.next_renewal();
+            let renewals = self.queues.next_renewal(self.send_cutoff(Instant::now()));
             let silence = self.owed_since.map(|s| later(s, self.silence_limit()));
             next = [next, renewals, silence].into_iter().flatten().min();
         }

@@ -18,6 +18,8 @@ struct NaiveEntry {
     ttl: Duration,
     next_renewal: Instant,
     in_flight: Option<Instant>,
+    /// Found due by `due` and not sent since (the table's `Stage::Ready`).
+    ready: bool,
 }
 
 impl NaiveEntry {
@@ -35,6 +37,7 @@ impl Naive {
             ttl,
             next_renewal: next,
             in_flight: None,
+            ready: false,
         };
         self.leases.insert(id, entry);
     }
@@ -52,20 +55,39 @@ impl Naive {
         false
     }
 
-    /// Ties broken by id, as the table's ordering does (the old code left them unspecified).
-    fn most_urgent(&self) -> Option<i64> {
-        let urgent = self
-            .leases
-            .iter()
-            .min_by_key(|(id, e)| (e.expires_at(), **id));
-        urgent.map(|(id, _)| *id)
+    /// Leases expiring before this are not sent a renewal (the table's rule, walked).
+    fn send_cutoff(&self, now: Instant) -> Instant {
+        let shortest = self.leases.values().map(|e| e.ttl).min();
+        let margin = shortest.map_or(Duration::ZERO, super::super::ttl::last_send_margin);
+        later(now, margin)
     }
 
-    fn due(&self, now: Instant) -> Vec<i64> {
+    /// Ties broken by id, as the table's ordering does (the old code left them unspecified).
+    fn most_urgent(&self) -> Option<i64> {
+        let cutoff = self.send_cutoff(Instant::now());
+        let by_expiry = |(id, e): (&i64, &NaiveEntry)| (e.expires_at(), *id);
+        let sendable = self
+            .leases
+            .iter()
+            .map(by_expiry)
+            .filter(|(at, _)| *at >= cutoff);
+        let urgent = sendable
+            .min()
+            .or_else(|| self.leases.iter().map(by_expiry).min());
+        urgent.map(|(_, id)| id)
+    }
+
+    fn due(&mut self, now: Instant) -> Vec<i64> {
+        let cutoff = self.send_cutoff(now);
+        for e in self.leases.values_mut() {
+            if e.in_flight.is_none() && e.next_renewal <= now {
+                e.ready = true;
+            }
+        }
         let mut due: Vec<(Instant, i64)> = self
             .leases
             .iter()
-            .filter(|(_, e)| e.in_flight.is_none() && e.next_renewal <= now)
+            .filter(|(_, e)| e.ready && e.expires_at() >= cutoff)
             .map(|(id, e)| (e.expires_at(), *id))
             .collect();
         due.sort_unstable();
@@ -75,6 +97,7 @@ impl Naive {
     fn sent(&mut self, id: i64, at: Instant) {
         if let Some(entry) = self.leases.get_mut(&id) {
             entry.in_flight = Some(at);
+            entry.ready = false;
             self.owed_since.get_or_insert(at);
         }
     }
@@ -86,6 +109,7 @@ impl Naive {
     fn stream_lost(&mut self, now: Instant) {
         for entry in self.leases.values_mut() {
             entry.in_flight = None;
+            entry.ready = false;
             entry.next_renewal = now;
         }
         self.owed_since = None;
@@ -174,7 +198,16 @@ impl Naive {
     fn next_deadline(&self, stream_up: bool) -> Option<Instant> {
         let mut next = self.leases.values().map(NaiveEntry::expires_at).min();
         if stream_up {
-            let idle = self.leases.values().filter(|e| e.in_flight.is_none());
+            // Found-due leases count only while one of them is still sent a renewal.
+            let cutoff = self.send_cutoff(Instant::now());
+            let sendable = self
+                .leases
+                .values()
+                .any(|e| e.ready && e.expires_at() >= cutoff);
+            let idle = self
+                .leases
+                .values()
+                .filter(|e| e.in_flight.is_none() && (sendable || !e.ready));
             let renewals = idle.map(|e| e.next_renewal).min();
             let silence = self.owed_since.map(|s| later(s, self.silence_limit()));
             next = [next, renewals, silence].into_iter().flatten().min();

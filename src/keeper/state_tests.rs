@@ -386,3 +386,33 @@ async fn a_ttl_changed_by_an_answer_moves_the_silence_limit() {
     assert_eq!(t.answered(2, 0), Answer::Gone);
     assert_eq!(t.silence_limit(), s(4));
 }
+
+/// A lease within the last-send margin of its expiry (a tenth of the TTL, at most 250 ms) is
+/// not sent a renewal: its answer would come too late to save it, and on the server a renewal
+/// of a lease already expired there holds the stream until the lease is revoked. It is not
+/// waited for either (the task would spin on it): only its expiry wakes the task.
+#[tokio::test(start_paused = true)]
+async fn a_lease_too_close_to_expiry_is_not_sent_a_renewal() {
+    let mut t = table();
+    let _late = granted(&mut t, 1);
+    tokio::time::advance(Duration::from_millis(500)).await;
+    let _fresh = granted(&mut t, 2);
+    let expires = Instant::now() - Duration::from_millis(500) + TTL;
+    // The stream failed and was replaced when lease 1 had 200 ms left: everything is due now.
+    tokio::time::advance(TTL - Duration::from_millis(700)).await;
+    t.stream_lost(Instant::now());
+    assert_eq!(
+        t.most_urgent(),
+        Some(2),
+        "the stream opens with a lease it can save"
+    );
+    assert_eq!(t.due(Instant::now()), [2]);
+    t.sent(2, Instant::now());
+    assert_eq!(
+        t.next_deadline(true),
+        Some(expires),
+        "lease 1: only its expiry"
+    );
+    tokio::time::advance(Duration::from_millis(200)).await;
+    assert_eq!(t.expire(Instant::now()), [1]);
+}

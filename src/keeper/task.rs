@@ -36,32 +36,22 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::link::{Link, LinkEvent};
-use super::state::{Answer, Table, View};
+use super::state::{Table, View};
 use crate::call::Transport;
 use crate::call::supervise::{self, FULL_RETRY, Supervisor};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use crate::proto::etcdserverpb::LeaseKeepAliveRequest;
 use crate::rpc::Rpc;
 
-/// At most this many renewals in flight on the stream. The server answers a stream's
+/// At most this many renewals in flight on the stream, and room for as many queued on it, so
+/// that one turn of the task can put a whole window out. The server answers a stream's
 /// keep-alives one at a time, so what is in flight is a queue: unbounded, HTTP/2's windows let
-/// ~100,000 renewals wait there, and once that queue is longer than a TTL every answer comes
-/// after its lease's local expiry and every lease is lost (200,000 leases of TTL 6 s on etcd
-/// 3.5.1: all lost with no fault, 0 renewals a second). With a window the overflow waits here
-/// instead, nearest to expiry first, and each answer comes within ~20 ms of its send on the
-/// leader (~200,000 renewals a second on one stream) or ~600 ms on a follower (~7,000);
-/// 4,096 in flight still carries ~80,000 renewals a second over a 50 ms link.
+/// ~100,000 renewals wait there, longer than a TTL; with the stream's default room of 64 the
+/// task, woken only by answers and deadlines, sent ~30,000 renewals a second and fell behind
+/// at ~100,000 leases of TTL 6 s. 4,096 in flight is ~20 ms of the leader's ~200,000 renewals
+/// a second on one stream (etcd 3.5.1 on 2 cores).
 const RENEWAL_WINDOW: usize = 4096;
-
-/// A lease id as etcd's tools print it (hex), formatted only when a log line is written.
-struct LeaseId(i64);
-
-impl std::fmt::Display for LeaseId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:x}", self.0)
-    }
-}
 
 /// What handles ask of the task.
 pub(super) enum Command {
@@ -88,7 +78,7 @@ pub(super) struct KeeperTask {
     /// Keep / forget requests from handles.
     commands: mpsc::UnboundedReceiver<Command>,
     /// The leases and what the stream owes.
-    table: Table,
+    pub(super) table: Table,
     /// Wakes the task when an endpoint's health changes, so that it leaves an ejected or
     /// leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
@@ -106,7 +96,7 @@ impl KeeperTask {
             .unwrap_or(crate::options::DEFAULT_REQUEST_TIMEOUT);
         KeeperTask {
             shared,
-            supervisor: Supervisor::new(transport),
+            supervisor: Supervisor::new(transport).with_request_buffer(RENEWAL_WINDOW),
             cancel: transport.cancel.child_token(),
             commands,
             table: Table::new(open_limit),
@@ -426,71 +416,49 @@ impl KeeperTask {
             ) => match answer {
                 Ok(Some(answer)) => {
                     self.on_answer(&answer);
-                    Link::Up {
-                        tx,
-                        answers,
-                        endpoint,
-                        opened,
-                        failures,
-                        suspected,
+                    let mut answers = answers;
+                    match self.take_burst(&mut answers) {
+                        None => Link::Up {
+                            tx,
+                            answers,
+                            endpoint,
+                            opened,
+                            failures,
+                            suspected,
+                        },
+                        Some(end) => self.stream_ended(&endpoint, end, opened, failures, now),
                     }
                 }
-                Ok(None) => {
-                    self.shared
-                        .streams_broken
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(
-                        endpoint = %endpoint.url,
-                        "keep-alive stream ended by the server; reopening",
-                    );
-                    self.lost_stream(&endpoint, Some(&Error::StreamClosed), opened, failures, now)
-                }
-                Err(error) => {
-                    self.shared
-                        .streams_broken
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(
-                        endpoint = %endpoint.url,
-                        %error,
-                        "keep-alive stream failed; reopening",
-                    );
-                    self.lost_stream(&endpoint, Some(&error), opened, failures, now)
-                }
+                Ok(None) => self.stream_ended(&endpoint, None, opened, failures, now),
+                Err(error) => self.stream_ended(&endpoint, Some(error), opened, failures, now),
             },
             (link, _) => link,
         }
     }
 
-    fn on_answer(&mut self, answer: &LeaseKeepAliveResponse) {
-        // Formatted only when a line is written (a renewal is the keeper's hot path).
-        let lease = LeaseId(answer.id);
-        match self.table.answered(answer.id, answer.ttl) {
-            Answer::Renewed(expires_at) => {
-                tracing::trace!(
-                    %lease,
-                    ttl = answer.ttl,
-                    expires_in = ?expires_at.saturating_duration_since(Instant::now()),
-                    "lease renewed",
-                );
+    /// The server ended the stream (`None`) or it failed: count it and reopen.
+    fn stream_ended(
+        &mut self,
+        endpoint: &Endpoint,
+        error: Option<Error>,
+        opened: Instant,
+        failures: u32,
+        now: Instant,
+    ) -> Link {
+        self.shared
+            .streams_broken
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let error = match error {
+            Some(error) => {
+                tracing::warn!(endpoint = %endpoint.url, %error, "keep-alive stream failed; reopening");
+                error
             }
-            Answer::Recovered(expires_at) => {
-                tracing::info!(
-                    %lease,
-                    ttl = answer.ttl,
-                    expires_in = ?expires_at.saturating_duration_since(Instant::now()),
-                    "lease renewed again after being at risk",
-                );
+            None => {
+                tracing::warn!(endpoint = %endpoint.url, "keep-alive stream ended by the server; reopening");
+                Error::StreamClosed
             }
-            Answer::Gone => {
-                crate::metrics::lease_lost("gone");
-                tracing::warn!(%lease, "lease lost: the server says it expired or was revoked");
-            }
-            Answer::Late => {
-                crate::metrics::lease_lost("expired");
-                tracing::warn!(%lease, "lease lost: renewed only after its local expiry");
-            }
-            Answer::Unexpected => {}
-        }
+        };
+        self.lost_stream(endpoint, Some(&error), opened, failures, now)
     }
 
     /// Leave the stream: tell the transport what went wrong with its member (so the next pick

@@ -74,6 +74,21 @@ pub(crate) fn at_risk_from(expires_at: Instant, ttl: Duration) -> Instant {
     expires_at.checked_sub(ttl / 3).unwrap_or(expires_at)
 }
 
+/// The most a lease's last renewal may be kept back before its local expiry (see
+/// [`last_send_margin`]).
+const LAST_SEND_MARGIN: Duration = Duration::from_millis(250);
+
+/// How close to its local expiry a lease may come and still be sent a renewal, for the
+/// shortest TTL kept: a tenth of it, at most [`LAST_SEND_MARGIN`]. An answer after the local
+/// expiry loses the lease anyway, and a renewal that reaches the leader after the server's
+/// own expiry does worse: etcd's lessor holds it until the lease is revoked (revokes are
+/// rate-limited to 1,000 a second), and with it every renewal behind it on the stream. Once a
+/// keeper fell behind, those held renewals stalled its stream for seconds and every lease was
+/// lost (200,000 leases of TTL 6 s on etcd 3.5.1, no fault).
+pub(crate) fn last_send_margin(min_ttl: Duration) -> Duration {
+    (min_ttl / 10).min(LAST_SEND_MARGIN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

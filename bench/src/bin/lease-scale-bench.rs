@@ -737,6 +737,11 @@ async fn run(args: Args) {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Silent unless RUST_LOG asks (the keeper's log lines explain a lost lease).
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     // Go's clientv3 is built here, once, before any cluster starts; named and not buildable
     // (no Go, no module proxy), it stops the run with the reason.
     if args.clients.contains(&Who::GoClientv3) {
