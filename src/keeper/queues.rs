@@ -1,7 +1,7 @@
 //! The keeper table's orderings, kept incrementally so that no answer and no turn of the task
 //! walks every lease: leases by local expiry, idle ones by next renewal, those found due by
 //! urgency, watched ones by the moment they fall at risk, the TTLs (for the silence limit) and
-//! how many requests are in flight or leases are at risk.
+//! how many leases are at risk.
 //!
 //! Each lease is indexed by its [`Keys`]; the table changes a lease's keys only by taking it
 //! out ([`Queues::remove`]) and putting it back ([`Queues::add`]), so the orderings never
@@ -75,8 +75,6 @@ pub(super) struct Queues {
     by_risk: BTreeSet<(Instant, i64)>,
     /// How many leases have each TTL: the smallest sets the silence limit.
     ttls: BTreeMap<Duration, usize>,
-    /// Leases with a request in flight.
-    in_flight: usize,
     /// Leases reported at risk.
     at_risk: usize,
 }
@@ -101,7 +99,7 @@ impl Queues {
                 self.ready.insert((keys.expires_at, id));
                 self.ready_renewals.insert((keys.next_renewal, id));
             }
-            Stage::InFlight(_) => self.in_flight += 1,
+            Stage::InFlight(_) => {}
         }
     }
 
@@ -129,7 +127,7 @@ impl Queues {
                 self.ready.remove(&(keys.expires_at, id));
                 self.ready_renewals.remove(&(keys.next_renewal, id));
             }
-            Stage::InFlight(_) => self.in_flight = self.in_flight.saturating_sub(1),
+            Stage::InFlight(_) => {}
         }
     }
 
@@ -192,15 +190,5 @@ impl Queues {
     /// The shortest TTL kept.
     pub(super) fn min_ttl(&self) -> Option<Duration> {
         self.ttls.first_key_value().map(|(ttl, _)| *ttl)
-    }
-
-    /// Whether any request is in flight.
-    pub(super) fn any_in_flight(&self) -> bool {
-        self.in_flight > 0
-    }
-
-    /// How many leases have a request in flight.
-    pub(super) fn in_flight(&self) -> usize {
-        self.in_flight
     }
 }

@@ -129,6 +129,12 @@ pub(crate) struct Table {
     /// Since when the current stream owes an answer without having given one (`None`: it owes
     /// nothing, or there is no stream).
     owed_since: Option<Instant>,
+    /// Requests sent on the current stream and not yet answered, those of leases dropped
+    /// since included: the server still answers them in turn, so they still fill its queue,
+    /// and a stream that answers none of them is stalled even once their leases are gone.
+    unanswered: usize,
+    /// The current stream's recent round trips (for [`ttl::last_send_margin`]).
+    round_trips: ttl::RoundTrips,
     /// Longest silence tolerated whatever the TTLs (the request timeout).
     max_silence: Duration,
 }
@@ -141,6 +147,8 @@ impl Table {
             leases: HashMap::new(),
             queues: Queues::default(),
             owed_since: None,
+            unanswered: 0,
+            round_trips: ttl::RoundTrips::default(),
             max_silence,
         }
     }
@@ -198,8 +206,8 @@ impl Table {
             .get(&id)
             .is_some_and(|e| e.generation == generation)
         {
+            // Its request, if one is in flight, is still owed by the stream.
             self.remove(id);
-            self.refresh_owed(Instant::now());
             return true;
         }
         false
@@ -217,10 +225,10 @@ impl Table {
     /// Leases expiring before this instant are no longer sent a renewal
     /// ([`ttl::last_send_margin`]).
     fn send_cutoff(&self, now: Instant) -> Instant {
-        let margin = self
-            .queues
-            .min_ttl()
-            .map_or(Duration::ZERO, ttl::last_send_margin);
+        let round_trip = self.round_trips.longest(now);
+        let margin = self.queues.min_ttl().map_or(Duration::ZERO, |min_ttl| {
+            ttl::last_send_margin(min_ttl, round_trip)
+        });
         ttl::later(now, margin)
     }
 
@@ -245,6 +253,7 @@ impl Table {
     /// A renewal of `id` went out at `at`.
     pub(crate) fn sent(&mut self, id: i64, at: Instant) {
         if self.rekey(id, |k| k.stage = Stage::InFlight(at)) {
+            self.unanswered += 1;
             self.owed_since.get_or_insert(at);
         }
     }
@@ -266,11 +275,18 @@ impl Table {
             self.queues.add(*id, &entry.keys);
         }
         self.owed_since = None;
+        self.unanswered = 0;
+        self.round_trips = ttl::RoundTrips::default();
     }
 
     /// The server answered a keep-alive of `id` with `ttl_secs`.
     pub(crate) fn answered(&mut self, id: i64, ttl_secs: i64) -> Answer {
         let now = Instant::now();
+        self.unanswered = self.unanswered.saturating_sub(1);
+        if let Some(Stage::InFlight(sent_at)) = self.leases.get(&id).map(|e| e.keys.stage) {
+            self.round_trips
+                .record(now, now.saturating_duration_since(sent_at));
+        }
         let outcome = self.apply_answer(id, ttl_secs);
         if matches!(outcome, Answer::Gone | Answer::Late) {
             self.remove(id);
@@ -375,9 +391,7 @@ impl Table {
             });
             expired.push(id);
         }
-        if !expired.is_empty() {
-            self.refresh_owed(now);
-        }
+        // Their requests in flight, if any, are still owed by the stream.
         expired
     }
 
@@ -397,9 +411,9 @@ impl Table {
             .is_some_and(|since| now >= later(since, self.silence_limit()))
     }
 
-    /// How many renewals are in flight on the stream.
+    /// How many requests the stream owes answers to (those of leases dropped since included).
     pub(crate) fn in_flight(&self) -> usize {
-        self.queues.in_flight()
+        self.unanswered
     }
 
     /// How long the stream has owed an answer at `now`.
@@ -422,7 +436,7 @@ impl Table {
 
     /// What is owed after an answer or a removal: nothing if no request is in flight.
     fn refresh_owed(&mut self, now: Instant) {
-        self.owed_since = self.queues.any_in_flight().then_some(now);
+        self.owed_since = (self.unanswered > 0).then_some(now);
     }
 
     /// Drop `id` from the leases and the orderings.

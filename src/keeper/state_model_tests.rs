@@ -9,6 +9,9 @@ use super::*;
 struct Naive {
     leases: HashMap<i64, NaiveEntry>,
     owed_since: Option<Instant>,
+    /// Requests sent on the stream and not answered (dropped leases' included).
+    unanswered: usize,
+    round_trips: super::super::ttl::RoundTrips,
     max_silence: Duration,
 }
 
@@ -49,7 +52,6 @@ impl Naive {
             .is_some_and(|e| e.generation == generation)
         {
             self.leases.remove(&id);
-            self.refresh_owed(Instant::now());
             return true;
         }
         false
@@ -58,7 +60,10 @@ impl Naive {
     /// Leases expiring before this are not sent a renewal (the table's rule, walked).
     fn send_cutoff(&self, now: Instant) -> Instant {
         let shortest = self.leases.values().map(|e| e.ttl).min();
-        let margin = shortest.map_or(Duration::ZERO, super::super::ttl::last_send_margin);
+        let trip = self.round_trips.longest(now);
+        let margin = shortest.map_or(Duration::ZERO, |ttl| {
+            super::super::ttl::last_send_margin(ttl, trip)
+        });
         later(now, margin)
     }
 
@@ -98,6 +103,7 @@ impl Naive {
         if let Some(entry) = self.leases.get_mut(&id) {
             entry.in_flight = Some(at);
             entry.ready = false;
+            self.unanswered += 1;
             self.owed_since.get_or_insert(at);
         }
     }
@@ -113,10 +119,16 @@ impl Naive {
             entry.next_renewal = now;
         }
         self.owed_since = None;
+        self.unanswered = 0;
+        self.round_trips = Default::default();
     }
 
     fn answered(&mut self, id: i64, ttl_secs: i64) -> Answer {
         let now = Instant::now();
+        self.unanswered = self.unanswered.saturating_sub(1);
+        if let Some(sent) = self.leases.get(&id).and_then(|e| e.in_flight) {
+            self.round_trips.record(now, now - sent);
+        }
         let outcome = self.apply_answer(id, ttl_secs);
         if matches!(outcome, Answer::Gone | Answer::Late) {
             self.leases.remove(&id);
@@ -174,9 +186,6 @@ impl Naive {
                 });
             }
         }
-        if !expired.is_empty() {
-            self.refresh_owed(now);
-        }
         expired
     }
 
@@ -216,8 +225,7 @@ impl Naive {
     }
 
     fn refresh_owed(&mut self, now: Instant) {
-        let any_in_flight = self.leases.values().any(|e| e.in_flight.is_some());
-        self.owed_since = any_in_flight.then_some(now);
+        self.owed_since = (self.unanswered > 0).then_some(now);
     }
 }
 
@@ -280,6 +288,8 @@ async fn run_against_the_model(seed: u64) {
     let mut n = Naive {
         leases: HashMap::new(),
         owed_since: None,
+        unanswered: 0,
+        round_trips: Default::default(),
         max_silence: Duration::from_secs(5),
     };
     // Each lease's receivers (table's, model's) and its latest generation.

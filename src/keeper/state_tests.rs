@@ -313,23 +313,32 @@ async fn forget_drops_a_lease_from_whichever_queue_holds_it() {
     assert!(t.forget(4, 1));
     assert_eq!(t.silence_limit(), s(2));
     assert_eq!(t.next_deadline(true), Some(Instant::now() + s(2)));
-    // The one in flight: nothing is owed any more.
+    // The one in flight: its request is still in the server's queue, so still owed.
     assert!(t.forget(3, 1));
     assert!(t.is_empty());
+    assert_eq!(t.owed_for(Instant::now() + s(60)), s(60));
+    assert_eq!(t.most_urgent(), None);
+    // Its answer pays it.
+    assert_eq!(t.answered(3, 6), Answer::Unexpected);
     assert_eq!(t.owed_for(Instant::now() + s(60)), Duration::ZERO);
     assert_eq!(t.next_deadline(true), None);
-    assert_eq!(t.most_urgent(), None);
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_answer_after_forget_is_unexpected_and_owes_nothing() {
+async fn an_answer_after_forget_is_unexpected_and_pays_what_was_owed() {
     let mut t = table();
     let rx = granted(&mut t, 1);
     let _b = granted(&mut t, 2);
     t.sent(1, Instant::now());
     assert!(t.forget(1, 1));
-    assert!(!t.is_silent(Instant::now() + Duration::from_secs(60)));
+    // A stream that answers no request is stalled, whether or not their leases are kept
+    // (a stall hidden this way lost 300,000 leases: their local expiries dropped the
+    // requests the stalled stream owed, and with them the silence that would reopen it).
+    assert_eq!(t.in_flight(), 1);
+    assert!(t.is_silent(Instant::now() + Duration::from_secs(60)));
     assert_eq!(t.answered(1, 6), Answer::Unexpected);
+    assert_eq!(t.in_flight(), 0);
+    assert!(!t.is_silent(Instant::now() + Duration::from_secs(60)));
     assert_eq!(rx.borrow().renewals, 0);
     assert_eq!(t.len(), 1);
     // A new registration of the same id is not the one the answer was for.
@@ -415,4 +424,23 @@ async fn a_lease_too_close_to_expiry_is_not_sent_a_renewal() {
     );
     tokio::time::advance(Duration::from_millis(200)).await;
     assert_eq!(t.expire(Instant::now()), [1]);
+}
+
+/// A lease whose renewal is in flight expires locally: its request is still owed, so a
+/// stalled stream still falls silent and is reopened (before, the expiry cleared what was
+/// owed, and a stream stalled by the server kept every later renewal waiting for good).
+#[tokio::test(start_paused = true)]
+async fn a_lease_expiring_in_flight_keeps_its_request_owed() {
+    let mut t = table();
+    let _a = granted(&mut t, 1);
+    tokio::time::advance(TTL - Duration::from_secs(1)).await;
+    let _b = granted(&mut t, 2);
+    let sent = Instant::now();
+    t.sent(1, sent);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(t.expire(Instant::now()), [1]);
+    assert_eq!(t.in_flight(), 1);
+    assert_eq!(t.owed_for(Instant::now()), Instant::now() - sent);
+    // The silence limit (a third of the TTL) counts from the send.
+    assert!(t.is_silent(sent + TTL / 3));
 }

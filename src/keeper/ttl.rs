@@ -74,24 +74,123 @@ pub(crate) fn at_risk_from(expires_at: Instant, ttl: Duration) -> Instant {
     expires_at.checked_sub(ttl / 3).unwrap_or(expires_at)
 }
 
-/// The most a lease's last renewal may be kept back before its local expiry (see
+/// The least a lease's last renewal is kept back before its local expiry, at most (see
 /// [`last_send_margin`]).
-const LAST_SEND_MARGIN: Duration = Duration::from_millis(250);
+const LAST_SEND_FLOOR: Duration = Duration::from_millis(250);
+
+/// How long one slow answer counts in [`RoundTrips`]: one to two of these.
+const ROUND_TRIP_WINDOW: Duration = Duration::from_secs(1);
 
 /// How close to its local expiry a lease may come and still be sent a renewal, for the
-/// shortest TTL kept: a tenth of it, at most [`LAST_SEND_MARGIN`]. An answer after the local
-/// expiry loses the lease anyway, and a renewal that reaches the leader after the server's
-/// own expiry does worse: etcd's lessor holds it until the lease is revoked (revokes are
-/// rate-limited to 1,000 a second), and with it every renewal behind it on the stream. Once a
-/// keeper fell behind, those held renewals stalled its stream for seconds and every lease was
-/// lost (200,000 leases of TTL 6 s on etcd 3.5.1, no fault).
-pub(crate) fn last_send_margin(min_ttl: Duration) -> Duration {
-    (min_ttl / 10).min(LAST_SEND_MARGIN)
+/// shortest TTL kept and the stream's recent longest round trip: twice that round trip, at
+/// least a tenth of the TTL (at most 250 ms of it), at most a quarter of the TTL (so that a
+/// lease at risk, a third of its TTL left, is still sent one).
+///
+/// An answer after the local expiry loses the lease anyway, and a renewal that reaches the
+/// leader after the server's own expiry does worse: etcd's lessor holds it until the lease is
+/// revoked (revokes are rate-limited to 1,000 a second), and with it every renewal behind it
+/// on the stream. A keeper that fell behind sent such renewals, its stream stalled, and every
+/// lease was lost (300,000 leases of TTL 6 s on etcd 3.5.1, no fault).
+pub(crate) fn last_send_margin(min_ttl: Duration, round_trip: Duration) -> Duration {
+    (min_ttl / 10)
+        .min(LAST_SEND_FLOOR)
+        .max(round_trip.saturating_mul(2))
+        .min(min_ttl / 4)
+}
+
+/// The longest round trip of a stream's recent answers: the largest seen in the current
+/// window of [`ROUND_TRIP_WINDOW`] and the one before, so one slow answer counts for one to
+/// two windows.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RoundTrips {
+    window_start: Option<Instant>,
+    current: Duration,
+    previous: Duration,
+}
+
+impl RoundTrips {
+    /// An answer at `now` that took `round_trip`.
+    pub(crate) fn record(&mut self, now: Instant, round_trip: Duration) {
+        let elapsed = self
+            .window_start
+            .map(|start| now.saturating_duration_since(start));
+        match elapsed {
+            Some(elapsed) if elapsed < ROUND_TRIP_WINDOW => {}
+            Some(elapsed) => {
+                let last = if elapsed < 2 * ROUND_TRIP_WINDOW {
+                    self.current
+                } else {
+                    Duration::ZERO
+                };
+                *self = RoundTrips {
+                    window_start: Some(now),
+                    current: Duration::ZERO,
+                    previous: last,
+                };
+            }
+            None => self.window_start = Some(now),
+        }
+        self.current = self.current.max(round_trip);
+    }
+
+    /// The longest round trip that still counts at `now`.
+    pub(crate) fn longest(&self, now: Instant) -> Duration {
+        let Some(start) = self.window_start else {
+            return Duration::ZERO;
+        };
+        match now.saturating_duration_since(start) {
+            e if e < ROUND_TRIP_WINDOW => self.current.max(self.previous),
+            e if e < 2 * ROUND_TRIP_WINDOW => self.current,
+            _ => Duration::ZERO,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_send_margin_follows_the_round_trip_within_bounds() {
+        let ms = Duration::from_millis;
+        let ttl = Duration::from_secs(6);
+        assert_eq!(
+            last_send_margin(ttl, ms(5)),
+            ms(250),
+            "the floor: a tenth, at most 250 ms"
+        );
+        assert_eq!(last_send_margin(Duration::from_secs(2), ms(5)), ms(200));
+        assert_eq!(
+            last_send_margin(ttl, ms(300)),
+            ms(600),
+            "twice the round trip"
+        );
+        assert_eq!(
+            last_send_margin(ttl, ms(5000)),
+            ms(1500),
+            "at most a quarter of the TTL"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_answer_counts_for_one_to_two_windows() {
+        let ms = Duration::from_millis;
+        let mut trips = RoundTrips::default();
+        assert_eq!(trips.longest(Instant::now()), Duration::ZERO);
+        trips.record(Instant::now(), ms(300));
+        tokio::time::advance(ms(600)).await;
+        trips.record(Instant::now(), ms(10));
+        assert_eq!(trips.longest(Instant::now()), ms(300));
+        // A new window: the last one's longest still counts.
+        tokio::time::advance(ms(600)).await;
+        trips.record(Instant::now(), ms(20));
+        assert_eq!(trips.longest(Instant::now()), ms(300));
+        // Past it, only the newer window's.
+        tokio::time::advance(ms(1200)).await;
+        assert_eq!(trips.longest(Instant::now()), ms(20));
+        tokio::time::advance(ms(1000)).await;
+        assert_eq!(trips.longest(Instant::now()), Duration::ZERO);
+    }
 
     #[test]
     fn server_ttls_are_clamped_and_non_positive_means_gone() {
