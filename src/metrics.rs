@@ -38,10 +38,11 @@ pub(crate) fn failover() {
     metrics::counter!("etcd_ha_failovers_total").increment(1);
 }
 
-/// A kept lease fell at risk.
-pub(crate) fn lease_at_risk() {
+/// `count` kept leases fell at risk.
+pub(crate) fn leases_fell_at_risk(count: usize) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("etcd_ha_leases_at_risk_total").increment(1);
+    metrics::counter!("etcd_ha_leases_at_risk_total").increment(count as u64);
+    let _ = count;
 }
 
 /// How many kept leases are at risk now.
@@ -51,11 +52,11 @@ pub(crate) fn leases_at_risk(count: usize) {
     let _ = count;
 }
 
-/// A kept lease was lost (`reason`: `expired` or `gone`).
-pub(crate) fn lease_lost(reason: &'static str) {
+/// `count` kept leases were lost (`reason`: `expired` or `gone`).
+pub(crate) fn leases_lost(reason: &'static str, count: usize) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("etcd_ha_leases_lost_total", "reason" => reason).increment(1);
-    let _ = reason;
+    metrics::counter!("etcd_ha_leases_lost_total", "reason" => reason).increment(count as u64);
+    let _ = (reason, count);
 }
 
 /// A cache differed from etcd at one revision.

@@ -4,6 +4,7 @@
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
+use super::report::{Change, LeaseId};
 use super::state::Answer;
 use super::task::KeeperTask;
 use crate::error::Error;
@@ -16,15 +17,6 @@ use crate::stream::ResponseStream;
 /// that work alone outran the renewals due. Bounded, so that sends and commands still get
 /// turns while answers pour in.
 const ANSWER_BURST: usize = 1024;
-
-/// A lease id as etcd's tools print it (hex), formatted only when a log line is written.
-struct LeaseId(i64);
-
-impl std::fmt::Display for LeaseId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:x}", self.0)
-    }
-}
 
 impl KeeperTask {
     /// Take the answers that have already arrived after the one just handled, up to the
@@ -65,14 +57,8 @@ impl KeeperTask {
                     "lease renewed again after being at risk",
                 );
             }
-            Answer::Gone => {
-                crate::metrics::lease_lost("gone");
-                tracing::warn!(%lease, "lease lost: the server says it expired or was revoked");
-            }
-            Answer::Late => {
-                crate::metrics::lease_lost("expired");
-                tracing::warn!(%lease, "lease lost: renewed only after its local expiry");
-            }
+            Answer::Gone => self.report.add(Change::Gone, answer.id),
+            Answer::Late => self.report.add(Change::Late, answer.id),
             Answer::Unexpected => {}
         }
     }

@@ -10,6 +10,7 @@ mod answers;
 mod kept;
 mod link;
 mod queues;
+mod report;
 mod state;
 mod task;
 mod ttl;

@@ -451,9 +451,9 @@ impl Table {
         let Some(entry) = self.leases.get_mut(&id) else {
             return false;
         };
-        self.queues.remove(id, &entry.keys);
+        let old = entry.keys;
         change(&mut entry.keys);
-        self.queues.add(id, &entry.keys);
+        self.queues.update(id, &old, &entry.keys);
         true
     }
 }

@@ -280,6 +280,12 @@ fn agree(t: &Table, n: &Naive, now: Instant, step: usize) {
         let (got, want) = (t.next_deadline(up), n.next_deadline(up));
         assert_eq!(got, want, "next_deadline({up}) at step {step}");
     }
+    // The orderings, kept by partial updates, are what indexing every lease afresh gives.
+    let mut rebuilt = Queues::default();
+    for (id, entry) in &t.leases {
+        rebuilt.add(*id, &entry.keys);
+    }
+    assert_eq!(t.queues, rebuilt, "orderings at step {step}");
 }
 
 async fn run_against_the_model(seed: u64) {

@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::link::{Link, LinkEvent};
+use super::report::{Change, LeaseId, Report};
 use super::state::{Table, View};
 use crate::call::Transport;
 use crate::call::supervise::{self, FULL_RETRY, Supervisor};
@@ -79,6 +80,8 @@ pub(super) struct KeeperTask {
     commands: mpsc::UnboundedReceiver<Command>,
     /// The leases and what the stream owes.
     pub(super) table: Table,
+    /// The leases lost or fallen at risk since the last turn, for one log line per kind.
+    pub(super) report: Report,
     /// Wakes the task when an endpoint's health changes, so that it leaves an ejected or
     /// leaderless member at once.
     health: tokio::sync::watch::Receiver<()>,
@@ -100,6 +103,7 @@ impl KeeperTask {
             cancel: transport.cancel.child_token(),
             commands,
             table: Table::new(open_limit),
+            report: Report::default(),
             health: transport.health_changes(),
         }
     }
@@ -111,20 +115,10 @@ impl KeeperTask {
         };
         loop {
             let now = Instant::now();
-            for id in self.table.expire(now) {
-                crate::metrics::lease_lost("expired");
-                tracing::warn!(
-                    lease = %format!("{id:x}"),
-                    "lease lost: its local expiry passed without a renewal",
-                );
-            }
-            for id in self.table.fall_at_risk(now) {
-                crate::metrics::lease_at_risk();
-                tracing::warn!(
-                    lease = %format!("{id:x}"),
-                    "lease at risk: its renewals have fallen behind (a third of its TTL left)",
-                );
-            }
+            self.report.extend(Change::Expired, self.table.expire(now));
+            self.report
+                .extend(Change::AtRisk, self.table.fall_at_risk(now));
+            self.report.flush();
             self.publish_at_risk();
             if self.table.is_empty() {
                 if self.try_exit() {
@@ -219,12 +213,12 @@ impl KeeperTask {
                 view,
                 next_renewal,
             } => {
-                tracing::debug!(lease = %format!("{id:x}"), "keeping lease");
+                tracing::debug!(lease = %LeaseId(id), "keeping lease");
                 self.table.insert(id, generation, view, next_renewal);
             }
             Command::Forget { id, generation } => {
                 if self.table.forget(id, generation) {
-                    tracing::debug!(lease = %format!("{id:x}"), "lease no longer kept");
+                    tracing::debug!(lease = %LeaseId(id), "lease no longer kept");
                 }
             }
         }

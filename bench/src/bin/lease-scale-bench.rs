@@ -156,6 +156,16 @@ impl Leases {
         }
     }
 
+    /// At risk now. Sampled every 100 ms, so for etcd-ha it reads the keeper's count rather
+    /// than every lease's expiry: at 150,000 leases that walk was a fifth of the process's
+    /// CPU, charged to the keeper's CPU per renewal.
+    async fn at_risk(&self) -> usize {
+        match self {
+            Leases::Ha(client, _) => client.keeper().leases_at_risk(),
+            _ => self.lost_and_at_risk().await.1,
+        }
+    }
+
     /// (lost, at risk) now.
     async fn lost_and_at_risk(&self) -> (usize, usize) {
         match self {
@@ -547,7 +557,7 @@ async fn measure(name: String, leases: &Leases, load: &Load, hold: Duration) -> 
     let end = Instant::now() + hold;
     let mut most_at_risk = 0;
     while Instant::now() < end {
-        most_at_risk = most_at_risk.max(leases.lost_and_at_risk().await.1);
+        most_at_risk = most_at_risk.max(leases.at_risk().await);
         sleep(Duration::from_millis(100)).await;
     }
     let secs = hold.as_secs_f64();
