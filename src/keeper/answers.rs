@@ -49,14 +49,7 @@ impl KeeperTask {
                     "lease renewed",
                 );
             }
-            Answer::Recovered(expires_at) => {
-                tracing::info!(
-                    %lease,
-                    ttl = answer.ttl,
-                    expires_in = ?expires_at.saturating_duration_since(Instant::now()),
-                    "lease renewed again after being at risk",
-                );
-            }
+            Answer::Recovered(_) => self.report.add(Change::Recovered, answer.id),
             Answer::Gone => self.report.add(Change::Gone, answer.id),
             Answer::Late => self.report.add(Change::Late, answer.id),
             Answer::Unexpected => {}

@@ -1,9 +1,16 @@
-//! The keeper's lost and at-risk leases, logged one line per kind and turn of the task.
+//! The keeper's lost, at-risk and recovered leases, logged one line per kind at most once a
+//! second.
 //!
-//! A fall behind at 100,000 leases puts tens of thousands at risk, or loses them, in one turn.
-//! A warning per lease wrote 295 MB of log lines in one benchmark run, and the time spent
-//! writing them was time the task needed to catch up. So each turn writes one warning per
-//! kind (how many, and the first lease's id), and each lease's id only at `debug`.
+//! A fall behind at 250,000 leases puts tens of thousands at risk, or loses them, within a
+//! second. A line per lease wrote 295 MB of logs in one benchmark run, and one line per kind
+//! and turn of the task still 300 MB (a turn takes a burst of answers), time the task needed
+//! to catch up. So a kind's first change after a quiet second is written at once, the ones
+//! after it are counted and written together a second later (how many, and the first lease's
+//! id), and each lease's id only at `debug`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::metrics;
 
@@ -21,6 +28,8 @@ impl std::fmt::Display for LeaseId {
 pub(super) enum Change {
     /// A third of its TTL left and not yet renewed.
     AtRisk,
+    /// Renewed again after being at risk.
+    Recovered,
     /// Its local expiry passed without a renewal.
     Expired,
     /// The server says it expired or was revoked.
@@ -30,61 +39,105 @@ pub(super) enum Change {
 }
 
 impl Change {
-    const ALL: [Change; 4] = [Change::AtRisk, Change::Expired, Change::Gone, Change::Late];
+    const ALL: [Change; 5] = [
+        Change::AtRisk,
+        Change::Recovered,
+        Change::Expired,
+        Change::Gone,
+        Change::Late,
+    ];
 
     fn what(self) -> &'static str {
         match self {
             Change::AtRisk => {
                 "leases at risk: their renewals have fallen behind (a third of the TTL left)"
             }
+            Change::Recovered => "leases renewed again after being at risk",
             Change::Expired => "leases lost: their local expiry passed without a renewal",
             Change::Gone => "leases lost: the server says they expired or were revoked",
             Change::Late => "leases lost: renewed only after their local expiry",
         }
     }
+
+    fn count_in_metrics(self, count: usize) {
+        match self {
+            Change::AtRisk => metrics::leases_fell_at_risk(count),
+            Change::Recovered => {}
+            Change::Expired | Change::Late => metrics::leases_lost("expired", count),
+            Change::Gone => metrics::leases_lost("gone", count),
+        }
+    }
 }
 
-/// The leases that changed in the current turn, by kind, until [`Report::flush`].
+/// Changes of one kind not yet written.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    count: usize,
+    first: i64,
+}
+
+/// The leases changed since the last line, by kind.
 #[derive(Debug, Default)]
 pub(super) struct Report {
-    changed: [Vec<i64>; 4],
+    pending: [Tally; 5],
+    /// When the next line may be written (`None`: at once).
+    next_line: Option<Instant>,
 }
 
+/// At most one line per kind this often.
+const LINE_EVERY: Duration = Duration::from_secs(1);
+
 impl Report {
-    /// Note one lease.
+    /// Note one lease (counted in the metrics at once).
     pub(super) fn add(&mut self, change: Change, id: i64) {
-        self.changed[change as usize].push(id);
+        change.count_in_metrics(1);
+        self.note(change, id);
     }
 
     /// Note several leases.
-    pub(super) fn extend(&mut self, change: Change, ids: impl IntoIterator<Item = i64>) {
-        self.changed[change as usize].extend(ids);
-    }
-
-    /// Count them in the metrics and write one line per kind; forget them.
-    pub(super) fn flush(&mut self) {
-        for change in Change::ALL {
-            let ids = &mut self.changed[change as usize];
-            let Some(&first) = ids.first() else { continue };
-            match change {
-                Change::AtRisk => metrics::leases_fell_at_risk(ids.len()),
-                Change::Expired | Change::Late => metrics::leases_lost("expired", ids.len()),
-                Change::Gone => metrics::leases_lost("gone", ids.len()),
-            }
-            tracing::warn!(count = ids.len(), first = %LeaseId(first), "{}", change.what());
-            for &id in ids.iter() {
-                tracing::debug!(lease = %LeaseId(id), ?change, "lease changed");
-            }
-            ids.clear();
-            // A collapse's worth of ids is not kept for the quiet turns after it.
-            ids.shrink_to(1024);
+    pub(super) fn extend(&mut self, change: Change, ids: Vec<i64>) {
+        if ids.is_empty() {
+            return;
+        }
+        change.count_in_metrics(ids.len());
+        for id in ids {
+            self.note(change, id);
         }
     }
 
-    /// How many leases of this kind wait for the next flush.
+    fn note(&mut self, change: Change, id: i64) {
+        tracing::debug!(lease = %LeaseId(id), ?change, "lease changed");
+        let tally = &mut self.pending[change as usize];
+        if tally.count == 0 {
+            tally.first = id;
+        }
+        tally.count += 1;
+    }
+
+    /// Write what is pending, unless a line was written less than a second ago.
+    pub(super) fn flush(&mut self, now: Instant) {
+        if self.next_line.is_some_and(|at| now < at) || self.pending.iter().all(|t| t.count == 0) {
+            return;
+        }
+        for change in Change::ALL {
+            let tally = std::mem::take(&mut self.pending[change as usize]);
+            if tally.count == 0 {
+                continue;
+            }
+            let (count, first) = (tally.count, LeaseId(tally.first));
+            if change == Change::Recovered {
+                tracing::info!(count, %first, "{}", change.what());
+            } else {
+                tracing::warn!(count, %first, "{}", change.what());
+            }
+        }
+        self.next_line = Some(now + LINE_EVERY);
+    }
+
+    /// How many leases of this kind wait for a line.
     #[cfg(test)]
     fn pending(&self, change: Change) -> usize {
-        self.changed[change as usize].len()
+        self.pending[change as usize].count
     }
 }
 
@@ -93,19 +146,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_flush_forgets_every_kind_and_keeps_little_room() {
+    fn a_line_per_kind_at_most_once_a_second() {
+        let start = Instant::now();
         let mut report = Report::default();
-        report.extend(Change::AtRisk, 0..100_000);
         report.add(Change::Gone, 7);
+        // The first change after a quiet second is written at once.
+        report.flush(start);
+        assert_eq!(report.pending(Change::Gone), 0);
+        // Those within the second after it wait, counted.
+        report.extend(Change::AtRisk, (0..100_000).collect());
         report.add(Change::Late, 8);
-        report.add(Change::Expired, 9);
+        report.flush(start + Duration::from_millis(999));
         assert_eq!(report.pending(Change::AtRisk), 100_000);
-        assert_eq!(report.pending(Change::Gone), 1);
-        report.flush();
+        assert_eq!(report.pending(Change::Late), 1);
+        report.add(Change::Recovered, 9);
+        report.flush(start + LINE_EVERY);
         for change in Change::ALL {
             assert_eq!(report.pending(change), 0, "{change:?}");
         }
-        assert!(report.changed[Change::AtRisk as usize].capacity() < 100_000);
+        // And a quiet report writes nothing and starts no new second.
+        report.flush(start + 3 * LINE_EVERY);
+        assert_eq!(report.next_line, Some(start + 2 * LINE_EVERY));
     }
 
     #[test]

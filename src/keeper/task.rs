@@ -118,7 +118,7 @@ impl KeeperTask {
             self.report.extend(Change::Expired, self.table.expire(now));
             self.report
                 .extend(Change::AtRisk, self.table.fall_at_risk(now));
-            self.report.flush();
+            self.report.flush(now);
             self.publish_at_risk();
             if self.table.is_empty() {
                 if self.try_exit() {
