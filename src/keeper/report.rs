@@ -134,6 +134,12 @@ impl Report {
         self.next_line = Some(now + LINE_EVERY);
     }
 
+    /// Write what is pending now, however recent the last line: the task is stopping.
+    pub(super) fn flush_all(&mut self, now: Instant) {
+        self.next_line = None;
+        self.flush(now);
+    }
+
     /// How many leases of this kind wait for a line.
     #[cfg(test)]
     fn pending(&self, change: Change) -> usize {
@@ -167,6 +173,14 @@ mod tests {
         // And a quiet report writes nothing and starts no new second.
         report.flush(start + 3 * LINE_EVERY);
         assert_eq!(report.next_line, Some(start + 2 * LINE_EVERY));
+        // A stopping task writes what is pending at once.
+        report.add(Change::Expired, 10);
+        report.flush(start + 2 * LINE_EVERY + Duration::from_millis(1));
+        report.add(Change::Expired, 11);
+        report.flush(start + 2 * LINE_EVERY + Duration::from_millis(2));
+        assert_eq!(report.pending(Change::Expired), 1);
+        report.flush_all(start + 2 * LINE_EVERY + Duration::from_millis(3));
+        assert_eq!(report.pending(Change::Expired), 0);
     }
 
     #[test]

@@ -80,7 +80,8 @@ pub(super) struct KeeperTask {
     commands: mpsc::UnboundedReceiver<Command>,
     /// The leases and what the stream owes.
     pub(super) table: Table,
-    /// The leases lost or fallen at risk since the last turn, for one log line per kind.
+    /// The leases lost, fallen at risk or recovered since the last line (one per kind, at
+    /// most once a second).
     pub(super) report: Report,
     /// Wakes the task when an endpoint's health changes, so that it leaves an ejected or
     /// leaderless member at once.
@@ -122,6 +123,7 @@ impl KeeperTask {
             self.publish_at_risk();
             if self.table.is_empty() {
                 if self.try_exit() {
+                    self.report.flush_all(now);
                     tracing::debug!("no lease kept; keeper stops");
                     self.shared.set_stream_endpoint(None);
                     return;
