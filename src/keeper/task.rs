@@ -20,8 +20,7 @@
 //! etcd 3.6: ~2,500 renewals/s on a follower's stream against ~40,000 on the leader's), so a
 //! stream left on a follower starves once the leases due outnumber that: 30,000 leases of TTL
 //! 10 s lost 19,000 after a leader kill put the stream there. A stream on a follower moves to
-//! the leader as soon as the client knows a healthy one (and the stream has lived
-//! `MIN_STREAM_LIFE`).
+//! the leader as soon as the client knows a healthy one.
 //!
 //! It runs while at least one lease is kept and the client is alive; [`Shared::send`] starts a
 //! new one when a lease is kept after it stopped.
@@ -267,11 +266,12 @@ impl KeeperTask {
                     endpoint.suspect();
                 }
                 // On a follower while the leader is healthy (a stream opened during an
-                // election stays where it landed): every renewal would be forwarded, one at a
-                // time, so move (after MIN_STREAM_LIFE: a move is not a failed open).
-                if now.saturating_duration_since(opened) >= supervise::MIN_STREAM_LIFE
-                    && self.supervisor.healthy_leader_elsewhere(&endpoint)
-                {
+                // election lands where it can): every renewal would be forwarded, one at a
+                // time, so move at once. After a leader freeze every lease is urgent: waiting
+                // out MIN_STREAM_LIFE there lost 81,000 of 150,000 leases of TTL 6 s. A young
+                // stream's move counts as a failed open, so a move that keeps landing on a
+                // follower backs off instead of looping.
+                if self.supervisor.healthy_leader_elsewhere(&endpoint) {
                     tracing::info!(
                         endpoint = %endpoint.url,
                         leases = self.table.len(),
