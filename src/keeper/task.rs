@@ -446,11 +446,18 @@ impl KeeperTask {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let error = match error {
             Some(error) => {
-                tracing::warn!(endpoint = %endpoint.url, %error, "keep-alive stream failed; reopening");
+                tracing::warn!(
+                    endpoint = %endpoint.url,
+                    %error,
+                    "keep-alive stream failed; reopening",
+                );
                 error
             }
             None => {
-                tracing::warn!(endpoint = %endpoint.url, "keep-alive stream ended by the server; reopening");
+                tracing::warn!(
+                    endpoint = %endpoint.url,
+                    "keep-alive stream ended by the server; reopening",
+                );
                 Error::StreamClosed
             }
         };
