@@ -215,7 +215,10 @@ impl Client {
     /// ```
     pub fn keeper(&self) -> Keeper {
         self.keeper
-            .get_or_init(|| Keeper::new(Arc::downgrade(&self.transport)))
+            .get_or_init(|| {
+                let (streams, per_stream) = self.transport.options.keep_alive_streams;
+                Keeper::new(Arc::downgrade(&self.transport), streams, per_stream)
+            })
             .clone()
     }
 

@@ -18,6 +18,10 @@ pub(super) struct Handle {
     pub(super) id: i64,
     /// Which registration of `id` this is.
     pub(super) generation: u64,
+    /// The keep-alive stream's slot whose task renews it (`streams.rs`).
+    pub(super) slot: usize,
+    /// Its share of that slot's load (`streams::rate`).
+    pub(super) rate: u64,
     /// What the task publishes about the lease.
     pub(super) view: watch::Receiver<View>,
     /// To tell the task when the handle goes.
@@ -26,7 +30,8 @@ pub(super) struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.shared.forget(self.id, self.generation);
+        self.shared.slots[self.slot].remove(self.rate);
+        self.shared.forget(self.slot, self.id, self.generation);
     }
 }
 
@@ -252,7 +257,7 @@ impl KeptLease {
     pub fn stop(&self) {
         self.handle
             .shared
-            .stop(self.handle.id, self.handle.generation);
+            .stop(self.handle.slot, self.handle.id, self.handle.generation);
     }
 
     /// Renewals answered so far (for tests).
@@ -282,29 +287,19 @@ impl fmt::Debug for KeptLease {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-    use std::sync::atomic::AtomicU64;
-    use std::sync::{Mutex, Weak};
+    use std::sync::Weak;
 
     use super::*;
 
     /// A handle on a lease the test controls through the returned sender; no task, no client.
     fn handle(view: View) -> (KeptLease, watch::Sender<View>) {
         let (tx, rx) = watch::channel(view);
-        let shared = Arc::new(Shared {
-            transport: Weak::new(),
-            task: Mutex::new(None),
-            kept: Mutex::new(HashMap::new()),
-            next_generation: AtomicU64::new(1),
-            sweep_at: std::sync::atomic::AtomicUsize::new(0),
-            streams_opened: AtomicU64::new(0),
-            at_risk: std::sync::atomic::AtomicUsize::new(0),
-            streams_broken: AtomicU64::new(0),
-            stream_endpoint: Mutex::new(None),
-        });
+        let shared = Arc::new(Shared::new(Weak::new(), 1, 1));
         let handle = Arc::new(Handle {
             id: 1,
             generation: 1,
+            slot: 0,
+            rate: 1,
             view: rx,
             shared,
         });

@@ -12,6 +12,7 @@ mod link;
 mod queues;
 mod report;
 mod state;
+mod streams;
 mod task;
 mod ttl;
 
@@ -31,6 +32,7 @@ use crate::lease::Lease;
 use kept::Handle;
 pub use kept::KeptLease;
 use state::View;
+use streams::Slot;
 use task::{Command, KeeperTask};
 pub use ttl::MAX_LEASE_TTL;
 pub(crate) use ttl::checked_secs as checked_ttl_secs;
@@ -91,9 +93,11 @@ pub struct Keeper {
 struct Shared {
     /// Weak: the keeper lives inside the client's transport and must not keep it alive.
     transport: Weak<Transport>,
-    /// The running task's command sender; `None` while no task runs. Senders and the task's
-    /// exit handshake take this lock, so a command never lands in a stopping task.
-    task: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+    /// One per keep-alive stream the keeper may open (`streams.rs`): its task and what the
+    /// task publishes.
+    slots: Box<[Slot]>,
+    /// The renewals a second one stream is given before a lease joins the next.
+    per_stream: u32,
     /// Lease id -> its registration, so that keeping a lease twice shares one renewal.
     kept: Mutex<HashMap<i64, (u64, Weak<Handle>)>>,
     /// Tells registrations of the same lease id apart.
@@ -101,31 +105,20 @@ struct Shared {
     /// The size of `kept` at which `register` next sweeps it of dropped handles; read and
     /// written only under the `kept` lock.
     sweep_at: AtomicUsize,
-    /// Keep-alive streams opened so far (one, unless failures forced reopening).
+    /// Keep-alive streams opened so far (one per slot in use, unless failures forced
+    /// reopening).
     streams_opened: AtomicU64,
-    /// Kept leases at risk now, as the task last counted them.
-    at_risk: AtomicUsize,
     /// Keep-alive streams that the server ended or that failed, as opposed to those the keeper
     /// left for a better member (silence, ill health, a stall).
     streams_broken: AtomicU64,
-    /// URL of the member serving the stream now, for tests and debugging.
-    stream_endpoint: Mutex<Option<Arc<str>>>,
 }
 
 impl Keeper {
-    pub(crate) fn new(transport: Weak<Transport>) -> Keeper {
+    /// A keeper of the client behind `transport`, which opens at most `streams` keep-alive
+    /// streams, one more per `per_stream` renewals a second.
+    pub(crate) fn new(transport: Weak<Transport>, streams: usize, per_stream: u32) -> Keeper {
         Keeper {
-            shared: Arc::new(Shared {
-                transport,
-                task: Mutex::new(None),
-                kept: Mutex::new(HashMap::new()),
-                next_generation: AtomicU64::new(1),
-                sweep_at: AtomicUsize::new(SWEEP_FLOOR),
-                streams_opened: AtomicU64::new(0),
-                at_risk: AtomicUsize::new(0),
-                streams_broken: AtomicU64::new(0),
-                stream_endpoint: Mutex::new(None),
-            }),
+            shared: Arc::new(Shared::new(transport, streams, per_stream)),
         }
     }
 
@@ -240,11 +233,12 @@ impl Keeper {
     /// # }
     /// ```
     pub fn leases_at_risk(&self) -> usize {
-        self.shared.at_risk.load(Ordering::Relaxed)
+        self.shared.at_risk()
     }
 
     /// How many keep-alive streams this keeper has opened (for tests: one, unless failures
-    /// forced it to reopen).
+    /// forced it to reopen or its leases need more than one stream's share, see
+    /// [`Options::with_keep_alive_streams`](crate::Options::with_keep_alive_streams)).
     ///
     /// ```no_run
     /// # fn demo(client: etcd_ha::Client) {
@@ -270,7 +264,7 @@ impl Keeper {
     }
 
     /// The endpoint URL of the member serving the keep-alive stream now, if one is open (for
-    /// tests: which member to fail).
+    /// tests: which member to fail); with several streams, the first one's.
     ///
     /// ```no_run
     /// # fn demo(client: etcd_ha::Client) {
@@ -280,9 +274,30 @@ impl Keeper {
     #[doc(hidden)]
     pub fn stream_endpoint(&self) -> Option<String> {
         self.shared
-            .lock_stream_endpoint()
-            .as_deref()
-            .map(str::to_owned)
+            .slots
+            .iter()
+            .find_map(|slot| slot.lock_stream_endpoint().as_deref().map(str::to_owned))
+    }
+}
+
+impl Keeper {
+    /// The endpoint URL of each keep-alive stream's member, one entry per slot the keeper may
+    /// use (`None`: no stream open there), for tests: see
+    /// [`Options::with_keep_alive_streams`](crate::Options::with_keep_alive_streams).
+    ///
+    /// ```no_run
+    /// # fn demo(client: etcd_ha::Client) {
+    /// let open = client.keeper().stream_endpoints().iter().flatten().count();
+    /// println!("{open} keep-alive streams open");
+    /// # }
+    /// ```
+    #[doc(hidden)]
+    pub fn stream_endpoints(&self) -> Vec<Option<String>> {
+        self.shared
+            .slots
+            .iter()
+            .map(|slot| slot.lock_stream_endpoint().as_deref().map(str::to_owned))
+            .collect()
     }
 }
 
@@ -306,6 +321,27 @@ impl fmt::Debug for Keeper {
 }
 
 impl Shared {
+    fn new(transport: Weak<Transport>, streams: usize, per_stream: u32) -> Shared {
+        Shared {
+            transport,
+            slots: streams::slots(streams),
+            per_stream,
+            kept: Mutex::new(HashMap::new()),
+            next_generation: AtomicU64::new(1),
+            sweep_at: AtomicUsize::new(SWEEP_FLOOR),
+            streams_opened: AtomicU64::new(0),
+            streams_broken: AtomicU64::new(0),
+        }
+    }
+
+    /// Kept leases at risk now, over every stream.
+    fn at_risk(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|slot| slot.at_risk.load(Ordering::Relaxed))
+            .sum()
+    }
+
     fn transport(&self) -> Result<Arc<Transport>> {
         self.transport.upgrade().ok_or(Error::Shutdown)
     }
@@ -314,22 +350,13 @@ impl Shared {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_stream_endpoint(&self) -> MutexGuard<'_, Option<Arc<str>>> {
-        self.stream_endpoint
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    /// Record which member serves `slot`'s stream (`None`: no stream).
+    fn set_stream_endpoint(&self, slot: usize, url: Option<Arc<str>>) {
+        *self.slots[slot].lock_stream_endpoint() = url;
     }
 
-    /// Record which member serves the stream (`None`: no stream).
-    fn set_stream_endpoint(&self, url: Option<Arc<str>>) {
-        *self.lock_stream_endpoint() = url;
-    }
-
-    fn lock_task(&self) -> MutexGuard<'_, Option<mpsc::UnboundedSender<Command>>> {
-        self.task.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A new registration of `id`, handed to the task; replaces an older one in `kept`.
+    /// A new registration of `id`, handed to a slot's task (the one already renewing `id`, if
+    /// any, else the one [`streams::choose`] picks); replaces an older one in `kept`.
     fn register(
         self: &Arc<Self>,
         kept: &mut HashMap<i64, (u64, Weak<Handle>)>,
@@ -338,19 +365,34 @@ impl Shared {
         next_renewal: Instant,
     ) -> Result<Arc<Handle>> {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let rate = streams::rate(view.ttl);
+        // Replacing a registration of the same id in the same task keeps one renewal of it.
+        let slot = kept
+            .get(&id)
+            .and_then(|(_, weak)| weak.upgrade())
+            .map_or_else(
+                || streams::choose(&self.slots, rate, self.per_stream),
+                |h| h.slot,
+            );
         let (tx, rx) = watch::channel(view);
         let handle = Arc::new(Handle {
             id,
             generation,
+            slot,
+            rate,
             view: rx,
             shared: self.clone(),
         });
-        self.send(Command::Keep {
-            id,
-            generation,
-            view: tx,
-            next_renewal,
-        })?;
+        self.send(
+            slot,
+            Command::Keep {
+                id,
+                generation,
+                view: tx,
+                next_renewal,
+            },
+        )?;
+        self.slots[slot].add(rate);
         // Dropped handles leave their entries behind (see `forget`): sweep them once the map
         // has doubled since the last sweep. Sweeping on every grant walked every registration
         // per grant, so granting n leases cost n²; this way each costs O(1) amortized.
@@ -365,35 +407,37 @@ impl Shared {
 
     /// Stop renewing registration `generation` of `id` (by [`KeptLease::stop`]): a later
     /// `keep` of the id makes a new registration.
-    fn stop(&self, id: i64, generation: u64) {
+    fn stop(&self, slot: usize, id: i64, generation: u64) {
         {
             let mut kept = self.lock_kept();
             if kept.get(&id).is_some_and(|(g, _)| *g == generation) {
                 kept.remove(&id);
             }
         }
-        self.forget(id, generation);
+        self.forget(slot, id, generation);
     }
 
-    /// Tell the task to stop renewing registration `generation` of `id`. Takes no lock but the
-    /// task slot's: it runs when a handle drops, which may happen under the `kept` lock.
-    fn forget(&self, id: i64, generation: u64) {
+    /// Tell `slot`'s task to stop renewing registration `generation` of `id`. Takes no lock
+    /// but the task slot's: it runs when a handle drops, which may happen under the `kept`
+    /// lock.
+    fn forget(&self, slot: usize, id: i64, generation: u64) {
         // No task means nothing is renewed: nothing to stop.
-        let _ = self.send_if_running(Command::Forget { id, generation });
+        let _ = self.send_if_running(slot, Command::Forget { id, generation });
     }
 
-    /// Hand `command` to the running task; gives it back if none runs.
-    fn send_if_running(&self, command: Command) -> std::result::Result<(), Command> {
-        let slot = self.lock_task();
+    /// Hand `command` to `slot`'s running task; gives it back if none runs.
+    fn send_if_running(&self, slot: usize, command: Command) -> std::result::Result<(), Command> {
+        let slot = self.slots[slot].lock_task();
         match slot.as_ref() {
             Some(tx) => tx.send(command).map_err(|e| e.0),
             None => Err(command),
         }
     }
 
-    /// Hand `command` to the task, starting one if none runs (it stops when nothing is kept).
-    fn send(self: &Arc<Self>, command: Command) -> Result<()> {
-        let mut slot = self.lock_task();
+    /// Hand `command` to `index`'s task, starting one if none runs (it stops when nothing is
+    /// kept there).
+    fn send(self: &Arc<Self>, index: usize, command: Command) -> Result<()> {
+        let mut slot = self.slots[index].lock_task();
         let command = match slot.as_ref() {
             Some(tx) => match tx.send(command) {
                 Ok(()) => return Ok(()),
@@ -409,10 +453,10 @@ impl Shared {
         let (tx, rx) = mpsc::unbounded_channel();
         // Cannot fail: the receiver is right here.
         let _ = tx.send(command);
-        let task = KeeperTask::new(self.clone(), &transport, rx);
+        let task = KeeperTask::new(self.clone(), index, &transport, rx);
         tokio::spawn(
             task.run()
-                .instrument(tracing::info_span!("etcd_ha_lease_keeper")),
+                .instrument(tracing::info_span!("etcd_ha_lease_keeper", stream = index)),
         );
         *slot = Some(tx);
         Ok(())

@@ -70,6 +70,8 @@ pub(super) enum Command {
 pub(super) struct KeeperTask {
     /// For the exit handshake and the stream counter.
     shared: Arc<Shared>,
+    /// Its slot in `shared.slots`: the task renews the leases registered there.
+    slot: usize,
     /// Opens the stream and judges its member (holds the client weakly: the keeper must not
     /// keep the client alive).
     supervisor: Supervisor,
@@ -90,6 +92,7 @@ pub(super) struct KeeperTask {
 impl KeeperTask {
     pub(super) fn new(
         shared: Arc<Shared>,
+        slot: usize,
         transport: &Arc<Transport>,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> Self {
@@ -99,6 +102,7 @@ impl KeeperTask {
             .unwrap_or(crate::options::DEFAULT_REQUEST_TIMEOUT);
         KeeperTask {
             shared,
+            slot,
             supervisor: Supervisor::new(transport).with_request_buffer(RENEWAL_WINDOW),
             cancel: transport.cancel.child_token(),
             commands,
@@ -124,7 +128,7 @@ impl KeeperTask {
                 if self.try_exit() {
                     self.report.flush_all(now);
                     tracing::debug!("no lease kept; keeper stops");
-                    self.shared.set_stream_endpoint(None);
+                    self.shared.set_stream_endpoint(self.slot, None);
                     return;
                 }
                 continue;
@@ -177,22 +181,22 @@ impl KeeperTask {
         }
     }
 
-    /// Tell handles and the metric how many leases are at risk, when that changed.
+    /// Tell handles and the metric how many leases are at risk, when that changed (the
+    /// metric counts every stream's).
     fn publish_at_risk(&mut self) {
         let at_risk = self.table.at_risk();
-        let was = self
-            .shared
+        let was = self.shared.slots[self.slot]
             .at_risk
             .swap(at_risk, std::sync::atomic::Ordering::Relaxed);
         if was != at_risk {
-            crate::metrics::leases_at_risk(at_risk);
+            crate::metrics::leases_at_risk(self.shared.at_risk());
         }
     }
 
     /// Stop if no command is waiting; the handshake runs under the lock that senders take, so
     /// a lease kept at this moment either reaches us or starts a new task.
     fn try_exit(&mut self) -> bool {
-        let mut slot = self.shared.lock_task();
+        let mut slot = self.shared.slots[self.slot].lock_task();
         match self.commands.try_recv() {
             Ok(command) => {
                 drop(slot);
@@ -375,7 +379,8 @@ impl KeeperTask {
                     "keep-alive stream open",
                 );
                 self.table.stream_opened(now);
-                self.shared.set_stream_endpoint(Some(endpoint.url.clone()));
+                self.shared
+                    .set_stream_endpoint(self.slot, Some(endpoint.url.clone()));
                 let mut suspected = endpoint.suspected_news();
                 suspected.borrow_and_update();
                 Link::Up {
@@ -476,7 +481,7 @@ impl KeeperTask {
     ) -> Link {
         let reopen = self.supervisor.lost(endpoint, error, opened, failures, now);
         self.table.stream_lost(now);
-        self.shared.set_stream_endpoint(None);
+        self.shared.set_stream_endpoint(self.slot, None);
         Link::Down {
             retry_at: reopen.at,
             failures: reopen.failures,

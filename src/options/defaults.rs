@@ -106,3 +106,30 @@ pub const DEFAULT_LEADER_GRACE: Duration = Duration::from_secs(2);
 /// assert_eq!(etcd_ha::DEFAULT_MEMBER_SYNC_INTERVAL, std::time::Duration::from_secs(5));
 /// ```
 pub const DEFAULT_MEMBER_SYNC_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Default most keep-alive streams one client's [`Keeper`](crate::Keeper) opens: one per
+/// [`DEFAULT_KEEP_ALIVE_STREAM_RATE`] renewals a second its leases need, up to this many.
+///
+/// ```
+/// assert_eq!(etcd_ha::DEFAULT_KEEP_ALIVE_STREAMS, 4);
+/// ```
+pub const DEFAULT_KEEP_ALIVE_STREAMS: usize = 4;
+
+/// The most keep-alive streams [`Options::with_keep_alive_streams`](crate::Options::with_keep_alive_streams)
+/// accepts.
+///
+/// ```
+/// assert_eq!(etcd_ha::MAX_KEEP_ALIVE_STREAMS, 64);
+/// ```
+pub const MAX_KEEP_ALIVE_STREAMS: usize = 64;
+
+/// Default renewals a second one keep-alive stream is given before the
+/// [`Keeper`](crate::Keeper) puts new leases on another: 40,000, the renewals of 80,000 leases
+/// of TTL 6 s or 133,000 of TTL 10 s. A quarter of what one stream to an etcd leader carried
+/// on a 2-core machine (168,000-188,000 a second, etcd 3.5 and 3.6), so that a stream keeps up
+/// through what slows the leader (writes to apply, an election's backlog).
+///
+/// ```
+/// assert_eq!(etcd_ha::DEFAULT_KEEP_ALIVE_STREAM_RATE, 40_000);
+/// ```
+pub const DEFAULT_KEEP_ALIVE_STREAM_RATE: u32 = 40_000;

@@ -66,6 +66,8 @@ pub struct Options {
     pub(crate) health: crate::endpoint::HealthConfig,
     /// How long leader-bound calls wait for a new leader after losing the old one.
     pub(crate) leader_grace: Duration,
+    /// The most keep-alive streams the keeper opens, and the renewals a second each is given.
+    pub(crate) keep_alive_streams: (usize, u32),
     /// Chooses the endpoint of each request.
     pub(crate) pick_policy: std::sync::Arc<dyn crate::balance::PickPolicy>,
     /// The user's tower layers around every typed call's attempt (see `layer.rs`).
@@ -94,6 +96,7 @@ impl Default for Options {
             member_sync_interval: Some(DEFAULT_MEMBER_SYNC_INTERVAL),
             health: crate::endpoint::HealthConfig::default(),
             leader_grace: DEFAULT_LEADER_GRACE,
+            keep_alive_streams: (DEFAULT_KEEP_ALIVE_STREAMS, DEFAULT_KEEP_ALIVE_STREAM_RATE),
             pick_policy: std::sync::Arc::new(crate::balance::LeaderFirst),
             layer: None,
         }
@@ -367,6 +370,25 @@ impl Options {
         self
     }
 
+    /// The [`Keeper`](crate::Keeper) opens at most `streams` keep-alive streams, each on the
+    /// leader, and puts a new lease on another stream once its leases need more than
+    /// `renewals_per_stream` renewals a second (a lease of TTL `t` is renewed every `t / 3`):
+    /// etcd answers a stream's keep-alives one at a time, so one stream has a ceiling of its
+    /// own. Defaults [`DEFAULT_KEEP_ALIVE_STREAMS`] and [`DEFAULT_KEEP_ALIVE_STREAM_RATE`];
+    /// `streams` from 1 to [`MAX_KEEP_ALIVE_STREAMS`], `renewals_per_stream` at least 1. A
+    /// client whose leases fit one stream's share opens one.
+    ///
+    /// ```
+    /// // Up to 8 streams, one per 20,000 renewals a second.
+    /// let o = etcd_ha::Options::new().with_keep_alive_streams(8, 20_000);
+    /// # o.validate().unwrap();
+    /// assert!(etcd_ha::Options::new().with_keep_alive_streams(0, 20_000).validate().is_err());
+    /// ```
+    pub fn with_keep_alive_streams(mut self, streams: usize, renewals_per_stream: u32) -> Self {
+        self.keep_alive_streams = (streams, renewals_per_stream);
+        self
+    }
+
     /// Route requests with your own [`PickPolicy`](crate::PickPolicy). Default
     /// [`LeaderFirst`](crate::LeaderFirst).
     ///
@@ -399,6 +421,7 @@ impl fmt::Debug for Options {
             .field("member_sync_interval", &self.member_sync_interval)
             .field("health", &self.health)
             .field("leader_grace", &self.leader_grace)
+            .field("keep_alive_streams", &self.keep_alive_streams)
             .field("pick_policy", &self.pick_policy)
             .field("layer", &self.layer)
             .finish()

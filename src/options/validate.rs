@@ -52,6 +52,13 @@ impl Options {
         if self.health.readmit_probes == 0 {
             return invalid("ejection", "readmit_probes must be at least 1");
         }
+        let (streams, per_stream) = self.keep_alive_streams;
+        if !(1..=MAX_KEEP_ALIVE_STREAMS).contains(&streams) || per_stream == 0 {
+            return invalid(
+                "keep_alive_streams",
+                "streams must be from 1 to 64 and renewals per stream at least 1",
+            );
+        }
         if self.max_request_bytes == 0 {
             return invalid("max_request_bytes", "must be greater than zero");
         }

@@ -67,6 +67,10 @@ struct Args {
     /// Keep-alives in flight per bare stream.
     #[arg(long, default_value_t = 64)]
     window: usize,
+    /// The most keep-alive streams etcd-ha's keeper opens (`Options::with_keep_alive_streams`;
+    /// default: the library's).
+    #[arg(long, default_value_t = etcd_ha::DEFAULT_KEEP_ALIVE_STREAMS)]
+    keep_alive_streams: usize,
     /// Where the members keep their data (/dev/shm: a tmpfs, no fsync stalls).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -338,8 +342,15 @@ async fn server_limit(args: &Args, binary: &std::path::Path) -> Vec<(String, Rat
 }
 
 /// Grant `count` leases with etcd-ha's keeper, 64 at a time.
-async fn grant_ha(cluster: &Cluster, count: usize, ttl: Duration) -> (Leases, usize) {
-    let client = Client::connect(cluster.endpoints(), Options::default())
+async fn grant_ha(
+    cluster: &Cluster,
+    count: usize,
+    ttl: Duration,
+    streams: usize,
+) -> (Leases, usize) {
+    let options = Options::default()
+        .with_keep_alive_streams(streams, etcd_ha::DEFAULT_KEEP_ALIVE_STREAM_RATE);
+    let client = Client::connect(cluster.endpoints(), options)
         .await
         .expect("etcd-ha connects");
     // Let the probes find the leader: the stream opens there.
@@ -589,7 +600,7 @@ async fn keep(
     let rss_before = status_kb("VmRSS").unwrap_or(0);
     let started = Instant::now();
     let (leases, grant_errors) = match who {
-        Who::EtcdHa => grant_ha(&cluster, count, ttl).await,
+        Who::EtcdHa => grant_ha(&cluster, count, ttl, args.keep_alive_streams).await,
         Who::EtcdClient => grant_ec(&cluster, count, ttl).await,
         Who::GoClientv3 => grant_go(&cluster, count, ttl).await?,
     };
