@@ -1,10 +1,12 @@
-//! The lease keeper: keeps any number of leases alive over one keep-alive stream and says, for
-//! each, the moment it can no longer be trusted.
+//! The lease keeper: keeps any number of leases alive over one keep-alive stream (a few, when
+//! they need more than one stream's share) and says, for each, the moment it can no longer be
+//! trusted.
 //!
 //! How it keeps a lease and when one counts as lost is told on [`Keeper`], for users. The files:
 //! `state.rs` is the bookkeeping (no IO, tested with paused time), `queues.rs` its orderings
-//! (so that no renewal walks every lease), `task.rs` the task that drives it with the stream,
-//! `kept.rs` the lease handles, this file the keeper handle.
+//! (so that no renewal walks every lease), `task.rs` the task that drives it with one stream,
+//! `streams.rs` which stream's task a lease joins, `kept.rs` the lease handles, this file the
+//! keeper handle.
 
 mod answers;
 mod kept;
@@ -41,8 +43,9 @@ pub(crate) use ttl::checked_secs as checked_ttl_secs;
 /// nothing to keep.
 const SWEEP_FLOOR: usize = 64;
 
-/// Keeps leases alive: any number of them, over one keep-alive stream, renewing each at a third
-/// of its TTL and failing over to another member at once when the stream breaks.
+/// Keeps leases alive: any number of them, over one keep-alive stream (a few once their
+/// renewals need more than one stream's share), renewing each at a third of its TTL and
+/// failing over to another member at once when the stream breaks.
 ///
 /// Get the client's shared keeper with [`Client::keeper`](crate::Client::keeper); clones share
 /// it.
@@ -51,7 +54,10 @@ const SWEEP_FLOOR: usize = 64;
 ///
 /// One background task per [`Client`](crate::Client) owns one `LeaseKeepAlive` stream
 /// (leader-routed, with require-leader, so a member cut off from the leader refuses it instead
-/// of hanging). Each lease is renewed a third of its TTL after the send time of its last
+/// of hanging). etcd answers a stream's keep-alives one at a time, so once the leases need more
+/// renewals a second than one stream is given, new leases go to a second task and stream, and
+/// so on up to a maximum ([`Options::with_keep_alive_streams`](crate::Options::with_keep_alive_streams));
+/// a lease stays on its stream. Each lease is renewed a third of its TTL after the send time of its last
 /// answered renewal, one request in flight at a time. When the stream fails, stays silent with
 /// a renewal owed for longer than a third of the shortest TTL, or its member is ejected, the
 /// task tells the transport (so the member is avoided), opens a new stream on another member

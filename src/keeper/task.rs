@@ -1,7 +1,8 @@
-//! The keeper task: owns the one keep-alive stream and drives the [`Table`] with it: opens the
-//! stream (leader-routed, require-leader, through the transport's pick and retries), sends
-//! renewals as they fall due, reads the answers, reopens on another member when the stream
-//! fails, falls silent or its member is ejected, and marks leases lost when they expire.
+//! The keeper task: owns one keep-alive stream (its slot's, `streams.rs`) and drives the
+//! [`Table`] of that slot's leases with it: opens the stream (leader-routed, require-leader,
+//! through the transport's pick and retries), sends renewals as they fall due, reads the
+//! answers, reopens on another member when the stream fails, falls silent or its member is
+//! ejected, and marks leases lost when they expire.
 //!
 //! # Moving at the member's pace
 //!

@@ -71,6 +71,10 @@ struct Args {
     /// default: the library's).
     #[arg(long, default_value_t = etcd_ha::DEFAULT_KEEP_ALIVE_STREAMS)]
     keep_alive_streams: usize,
+    /// The renewals a second one of its streams is given before the next opens (default: the
+    /// library's).
+    #[arg(long, default_value_t = etcd_ha::DEFAULT_KEEP_ALIVE_STREAM_RATE)]
+    keep_alive_stream_rate: u32,
     /// Where the members keep their data (/dev/shm: a tmpfs, no fsync stalls).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -123,6 +127,9 @@ struct Row {
     grant_errors: usize,
     phases: Vec<Phase>,
     cpu_per_renewal_us: f64,
+    /// The same less the client's own background (etcd-ha: its probes and pings, measured
+    /// with no lease kept), so that counts compare by what each renewal costs.
+    net_cpu_per_renewal_us: f64,
     kib_per_lease: f64,
     /// (alive on the server, asked) of a sample the client believes alive.
     server_sample: (usize, usize),
@@ -130,7 +137,8 @@ struct Row {
 
 /// The leases one client keeps, as the bench sees them.
 enum Leases {
-    Ha(Client, Vec<KeptLease>),
+    /// With the client's background CPU per second of wall time, with no lease kept.
+    Ha(Client, Vec<KeptLease>, f64),
     /// Boxed: etcd-client's client is large.
     Ec(Box<EcLeases>),
     /// Kept in a Go process, which counts them.
@@ -153,7 +161,7 @@ struct EcLeases {
 impl Leases {
     async fn renewals(&self) -> u64 {
         match self {
-            Leases::Ha(_, leases) => leases.iter().map(KeptLease::renewals).sum(),
+            Leases::Ha(_, leases, _) => leases.iter().map(KeptLease::renewals).sum(),
             Leases::Ec(ec) => ec.renewals.load(Ordering::Relaxed),
             // A driver that is gone renews nothing: 0, which the phases subtract saturating.
             Leases::Go(go) => go.status().await.map_or(0, |s| s.renewals),
@@ -165,7 +173,7 @@ impl Leases {
     /// CPU, charged to the keeper's CPU per renewal.
     async fn at_risk(&self) -> usize {
         match self {
-            Leases::Ha(client, _) => client.keeper().leases_at_risk(),
+            Leases::Ha(client, _, _) => client.keeper().leases_at_risk(),
             _ => self.lost_and_at_risk().await.1,
         }
     }
@@ -178,7 +186,7 @@ impl Leases {
                 .status()
                 .await
                 .map_or((go.granted(), 0), |s| (s.lost, s.at_risk)),
-            Leases::Ha(client, leases) => (
+            Leases::Ha(client, leases, _) => (
                 leases.iter().filter(|l| l.is_expired()).count(),
                 client.keeper().leases_at_risk(),
             ),
@@ -224,7 +232,7 @@ impl Leases {
             return (on_server, ids.len());
         }
         let alive: Vec<i64> = match self {
-            Leases::Ha(_, leases) => leases
+            Leases::Ha(_, leases, _) => leases
                 .iter()
                 .filter(|l| !l.is_expired())
                 .map(KeptLease::id)
@@ -247,7 +255,7 @@ impl Leases {
         for &id in alive.iter().step_by(step) {
             asked += 1;
             let ttl = match self {
-                Leases::Ha(client, _) => client
+                Leases::Ha(client, _, _) => client
                     .lease()
                     .time_to_live(id, false)
                     .await
@@ -279,7 +287,7 @@ impl Leases {
             .await
             .expect("a leader");
         match self {
-            Leases::Ha(client, _) => {
+            Leases::Ha(client, _, _) => {
                 let url = client.keeper().stream_endpoint();
                 (0..cluster.len())
                     .find(|&i| url.as_deref() == Some(&cluster.endpoint(i)))
@@ -346,15 +354,18 @@ async fn grant_ha(
     cluster: &Cluster,
     count: usize,
     ttl: Duration,
-    streams: usize,
+    (streams, per_stream): (usize, u32),
 ) -> (Leases, usize) {
-    let options = Options::default()
-        .with_keep_alive_streams(streams, etcd_ha::DEFAULT_KEEP_ALIVE_STREAM_RATE);
+    let options = Options::default().with_keep_alive_streams(streams, per_stream);
     let client = Client::connect(cluster.endpoints(), options)
         .await
         .expect("etcd-ha connects");
     // Let the probes find the leader: the stream opens there.
     sleep(Duration::from_secs(1)).await;
+    // What the client does with nothing to keep (probes, pings), per second of wall time.
+    let (cpu, wall) = (cpu_time(), Instant::now());
+    sleep(Duration::from_secs(3)).await;
+    let background = cpu_time().saturating_sub(cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
     let keeper = client.keeper();
     let granted: Vec<_> = futures_util::stream::iter(0..count)
         .map(|_| {
@@ -366,7 +377,7 @@ async fn grant_ha(
         .await;
     let errors = granted.iter().filter(|g| g.is_err()).count();
     let leases = granted.into_iter().filter_map(Result::ok).collect();
-    (Leases::Ha(client, leases), errors)
+    (Leases::Ha(client, leases, background), errors)
 }
 
 /// Grant `count` leases with etcd-client, 64 at a time, and start a keep-alive task for each.
@@ -498,7 +509,7 @@ impl Load {
                 let (puts, value) = (puts.clone(), value.clone());
                 let key = format!("load/{c}");
                 match leases {
-                    Leases::Ha(client, _) => {
+                    Leases::Ha(client, _, _) => {
                         let kv = client.kv();
                         tokio::spawn(async move {
                             loop {
@@ -600,7 +611,10 @@ async fn keep(
     let rss_before = status_kb("VmRSS").unwrap_or(0);
     let started = Instant::now();
     let (leases, grant_errors) = match who {
-        Who::EtcdHa => grant_ha(&cluster, count, ttl, args.keep_alive_streams).await,
+        Who::EtcdHa => {
+            let streams = (args.keep_alive_streams, args.keep_alive_stream_rate);
+            grant_ha(&cluster, count, ttl, streams).await
+        }
         Who::EtcdClient => grant_ec(&cluster, count, ttl).await,
         Who::GoClientv3 => grant_go(&cluster, count, ttl).await?,
     };
@@ -616,18 +630,26 @@ async fn keep(
 
     let cpu = leases.usage().await;
     let renewals = leases.renewals().await;
+    let quiet_started = Instant::now();
     let quiet = hold("no fault".into(), &leases, &load, 2 * ttl).await;
+    let quiet_secs = quiet_started.elapsed().as_secs_f64();
     let renewed = leases.renewals().await.saturating_sub(renewals);
-    let cpu_per_renewal_us = match (cpu, leases.usage().await) {
+    let cpu_secs = match (cpu, leases.usage().await) {
         // Fewer renewals than leases (each is due ~6 times in the phase): the CPU spent is
         // not the renewals' (the Go driver printed 163,100 us "per renewal" with ~0).
         _ if renewed < count as u64 => f64::NAN,
-        (Some((before, _)), Some((after, _))) => {
-            after.saturating_sub(before).as_secs_f64() * 1e6 / renewed as f64
-        }
+        (Some((before, _)), Some((after, _))) => after.saturating_sub(before).as_secs_f64(),
         // The Go driver is gone: no figure rather than a wrong one.
         _ => f64::NAN,
     };
+    let per_renewal_us = |secs: f64| secs * 1e6 / renewed.max(1) as f64;
+    let cpu_per_renewal_us = per_renewal_us(cpu_secs);
+    let background = match &leases {
+        Leases::Ha(_, _, background) => *background,
+        // etcd-client and clientv3 run no background work of their own.
+        Leases::Ec(_) | Leases::Go(_) => 0.0,
+    };
+    let net_cpu_per_renewal_us = per_renewal_us(cpu_secs - background * quiet_secs);
     let mut phases = vec![quiet];
     for &fault in &args.faults {
         let stream = leases.stream_member(&cluster).await;
@@ -683,6 +705,7 @@ async fn keep(
         grant_errors,
         phases,
         cpu_per_renewal_us,
+        net_cpu_per_renewal_us,
         kib_per_lease,
         server_sample,
     })
@@ -745,21 +768,28 @@ async fn run(args: Args) {
             );
         }
         println!(
-            "{:<12} {:>7} granted in {:.1} s ({} failed); {} us CPU per renewal (no fault); \
-             {:.2} KiB per lease; alive on the server: {}/{} of a sample",
+            "{:<12} {:>7} granted in {:.1} s ({} failed); {} us CPU per renewal (no fault; {} \
+             less the client's background); {:.2} KiB per lease; alive on the server: {}/{} of \
+             a sample",
             format!("{:?}", row.who),
             row.count,
             row.grant.as_secs_f64(),
             row.grant_errors,
-            if row.cpu_per_renewal_us.is_nan() {
-                "-".to_string()
-            } else {
-                format!("{:.1}", row.cpu_per_renewal_us)
-            },
+            us(row.cpu_per_renewal_us),
+            us(row.net_cpu_per_renewal_us),
             row.kib_per_lease,
             row.server_sample.0,
             row.server_sample.1
         );
+    }
+}
+
+/// Microseconds with one decimal, or "-" for no figure.
+fn us(value: f64) -> String {
+    if value.is_nan() {
+        "-".to_string()
+    } else {
+        format!("{value:.1}")
     }
 }
 
