@@ -212,6 +212,12 @@ impl Transport {
         self.await_leader(route, plan.deadline()).await;
         // One clock read for the pick, the member's pace and the attempt's start.
         let now = Instant::now();
+        // A deadline already past (a tiny per-call timeout, or one spent waiting for a leader)
+        // sends nothing: tokio's timer wheel ticks in milliseconds, so a fast answer could
+        // otherwise beat a deadline that passed before the request left.
+        if plan.deadline().is_some_and(|at| at <= now) {
+            return Err(Error::Timeout);
+        }
         let first = self.pick(route, &target, &attempts.tried, now)?;
         attempts.tried.push(first.url.clone());
         let id = plan.launched_to(now, false, paced(&first, now));

@@ -28,6 +28,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+#[cfg(doc)]
+use crate::Options;
 use crate::call::Transport;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
@@ -56,9 +58,9 @@ const SWEEP_FLOOR: usize = 64;
 /// (leader-routed, with require-leader, so a member cut off from the leader refuses it instead
 /// of hanging). etcd answers a stream's keep-alives one at a time, so once the leases need more
 /// renewals a second than one stream is given, new leases go to a second task and stream, and
-/// so on up to a maximum ([`Options::with_keep_alive_streams`](crate::Options::with_keep_alive_streams));
-/// a lease stays on its stream. Each lease is renewed a third of its TTL after the send time of its last
-/// answered renewal, one request in flight at a time. When the stream fails, stays silent with
+/// so on up to a maximum (see [`Options::with_keep_alive_streams`]); a lease stays on its
+/// stream. Each lease is renewed a third of its TTL after the send time of its last answered
+/// renewal, one request in flight at a time. When the stream fails, stays silent with
 /// a renewal owed for longer than a third of the shortest TTL, or its member is ejected, the
 /// task tells the transport (so the member is avoided), opens a new stream on another member
 /// and renews **every** lease at once: not after the next TTL/3, the trap etcd's Go client fell

@@ -115,8 +115,8 @@ pub const DEFAULT_MEMBER_SYNC_INTERVAL: Duration = Duration::from_secs(5);
 /// ```
 pub const DEFAULT_KEEP_ALIVE_STREAMS: usize = 4;
 
-/// The most keep-alive streams [`Options::with_keep_alive_streams`](crate::Options::with_keep_alive_streams)
-/// accepts.
+/// The most keep-alive streams
+/// [`Options::with_keep_alive_streams`](crate::Options::with_keep_alive_streams) accepts.
 ///
 /// ```
 /// assert_eq!(etcd_ha::MAX_KEEP_ALIVE_STREAMS, 64);
