@@ -57,13 +57,19 @@ impl Attempts {
     }
 
     /// The member of attempt `id`, when its silence counts against it: it has owed its answer
-    /// longer than the member's own pace allows (see [`Endpoint::is_overdue`]). On a saturated
-    /// box every member is slow and none is broken: its late answers eject nobody.
+    /// longer than the member's own pace allows (see [`Endpoint::is_overdue`]), and its
+    /// streams fell silent too. On a saturated box every member is slow and none is broken,
+    /// and an overloaded leader still answers its keep-alive streams: their late answers
+    /// eject nobody.
     fn blamed(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
+        let now = Instant::now();
         self.members
             .iter()
             .find(|(i, _, _)| *i == id)
-            .filter(|(_, ep, started)| ep.is_overdue(started.elapsed()))
+            .filter(|(_, ep, started)| {
+                ep.is_overdue(now.saturating_duration_since(*started))
+                    && !ep.heard.still_answering(*started, now)
+            })
             .map(|(_, e, _)| e)
     }
 }

@@ -7,6 +7,7 @@ mod attempt;
 mod candidate;
 mod cluster_id;
 mod health;
+mod heard;
 mod info;
 mod latency;
 mod pace;
@@ -108,6 +109,8 @@ pub(crate) struct Endpoint {
     /// Its Status refused a caller without a user (auth on, etcd 3.6 or 3.5.28+): probes
     /// show it the client's token (see `prober.rs`).
     status_needs_token: AtomicBool,
+    /// When its streams last brought news: a late answer ejects it only if they fell silent.
+    pub(crate) heard: heard::Heard,
 }
 
 /// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
@@ -169,6 +172,7 @@ impl Endpoint {
             silence: Silence::new(Instant::now()),
             version: KnownVersion::default(),
             status_needs_token: AtomicBool::new(false),
+            heard: heard::Heard::new(Instant::now()),
         })
     }
 

@@ -189,8 +189,10 @@ pub(crate) async fn probe(
         // suspected, and the next probe judges again. A stalled member's window fades by half
         // each 2 s generation without answers (see `latency.rs`): it is ejected once too few
         // samples are left to judge by (within 8 s for a member that answered ~500 calls a
-        // generation), or at once if its last pace was fast.
-        Err(_) if !ep.is_overdue(timeout) => {
+        // generation), or at once if its last pace was fast. Nor is a member ejected whose
+        // streams kept answering through the probe's second half: an overloaded leader, not a
+        // gone one (see `heard.rs`).
+        Err(_) if !ep.is_overdue(timeout) || ep.heard.still_answering(started, Instant::now()) => {
             tracing::debug!(endpoint = %ep.url, "probe timed out on a slow member; suspected");
             ep.suspect();
             return false;
@@ -311,6 +313,37 @@ mod tests {
         probe(&ep, Duration::from_secs(1), None, &Sink).await;
         assert_ne!(ep.state(), HealthState::Ejected);
         assert!(ep.is_suspected());
+        drop(silent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_timeout_does_not_eject_a_member_whose_streams_keep_answering() {
+        let (ep, silent) = silent_member();
+        // A fast member by its calls (its pace alone would eject it at the timeout)...
+        ep.on_probe_ok(true, Duration::from_millis(1));
+        let probing = tokio::spawn({
+            let ep = ep.clone();
+            async move { probe(&ep, Duration::from_secs(1), None, &Sink).await }
+        });
+        // ...whose keep-alive stream answers every 10 ms all along: overloaded, not gone.
+        for _ in 0..110 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            ep.heard.news(Instant::now());
+        }
+        probing.await.unwrap();
+        assert_ne!(ep.state(), HealthState::Ejected);
+        assert!(ep.is_suspected());
+        drop(silent);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_whose_streams_fell_silent_with_it_is_ejected_at_the_timeout() {
+        let (ep, silent) = silent_member();
+        ep.on_probe_ok(true, Duration::from_millis(1));
+        // Its stream's last answers came just as the probe went out (frozen then).
+        ep.heard.news(Instant::now());
+        probe(&ep, Duration::from_secs(1), None, &Sink).await;
+        assert_eq!(ep.state(), HealthState::Ejected);
         drop(silent);
     }
 

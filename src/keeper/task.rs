@@ -419,7 +419,10 @@ impl KeeperTask {
                 Ok(Some(answer)) => {
                     self.on_answer(&answer);
                     let mut answers = answers;
-                    match self.take_burst(&mut answers) {
+                    let end = self.take_burst(&mut answers);
+                    // The member still answers: its late probes are load (see `heard.rs`).
+                    endpoint.heard.news(now);
+                    match end {
                         None => Link::Up {
                             tx,
                             answers,
