@@ -86,7 +86,8 @@ struct Args {
 /// A client measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Who {
-    /// etcd-ha's `Keeper`: every lease over one keep-alive stream.
+    /// etcd-ha's `Keeper`: leases over one keep-alive stream on the leader, or several when
+    /// their renewals need them (`--keep-alive-streams`).
     EtcdHa,
     /// The etcd-client crate: `lease_keep_alive` per lease, each renewed every TTL/3 by a task
     /// of its own, reopened on error (what a careful application writes).
