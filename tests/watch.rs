@@ -1029,7 +1029,10 @@ async fn a_reload_or_fragments_over_the_cap_end_that_watch_only() {
     let r = put(&client, &format!("{p}again"), "y").await;
     assert_eq!(managed_events(&mut fresh, 1).await.len(), 1);
     assert_eq!(fresh.revision(), r);
-    assert_eq!(client.watch().streams_opened(), 1, "the stream never broke");
+    // Broken, not opened: on a loaded box (the whole suite's clusters on 2 cores) the pace
+    // rule may move the stream off a member slow to send 3 MiB of fragments; a move is the
+    // client's choice and loses nothing, a break would be the cap ending the stream.
+    assert_eq!(client.watch().streams_broken(), 0, "the stream never broke");
 }
 
 /// Issue 18: a watch from "now" delivers nothing written before `watch` was called, however

@@ -555,4 +555,6 @@ async fn a_quiet_watch_survives_a_move_after_compaction_on_a_current_server() {
         }
         other => panic!("expected the write, got {other:?}"),
     }
+    // The kill closed the stream's connection: counted as broken, not as a move.
+    assert!(client.watch().streams_broken() >= 1);
 }

@@ -30,6 +30,8 @@ pub(super) struct Inner {
     pub(super) next_key: AtomicU64,
     /// Streams opened so far (one, unless failures forced reopening).
     pub(super) streams_opened: AtomicU64,
+    /// Streams lost to an error or the server's close (not moved by the client's own choice).
+    pub(super) streams_broken: AtomicU64,
     /// The member whose stream carries the watches now.
     pub(super) endpoint: Mutex<Option<Arc<str>>>,
 }
@@ -115,6 +117,7 @@ impl Hub {
             commands,
             next_key: AtomicU64::new(1),
             streams_opened: AtomicU64::new(0),
+            streams_broken: AtomicU64::new(0),
             endpoint: Mutex::new(None),
         });
         let task = HubTask::new(inner.clone(), transport, rx);
@@ -199,6 +202,11 @@ impl Hub {
     pub(crate) fn streams_opened(&self) -> u64 {
         self.inner.streams_opened.load(Ordering::Relaxed)
     }
+
+    /// Streams lost to an error or the server's close so far.
+    pub(crate) fn streams_broken(&self) -> u64 {
+        self.inner.streams_broken.load(Ordering::Relaxed)
+    }
 }
 
 impl std::fmt::Debug for Hub {
@@ -230,6 +238,7 @@ mod tests {
                 commands,
                 next_key: AtomicU64::new(1),
                 streams_opened: AtomicU64::new(0),
+                streams_broken: AtomicU64::new(0),
                 endpoint: Mutex::new(None),
             }),
         };

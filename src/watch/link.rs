@@ -447,6 +447,9 @@ impl HubTask {
             .supervisor
             .lost(&up.endpoint, error, up.opened, up.failures, now);
         self.inner.set_endpoint(None);
+        if error.is_some() {
+            self.inner.streams_broken.fetch_add(1, Ordering::Relaxed);
+        }
         let mut moved: Vec<u64> = self
             .entries
             .iter()

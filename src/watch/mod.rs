@@ -242,6 +242,13 @@ impl Watch {
         self.hub.get().map_or(0, |hub| hub.streams_opened())
     }
 
+    /// How many of those streams broke (an error, a silence, the server's close) rather than
+    /// being left by the client's own choice (a member too slow or unhealthy). For tests.
+    #[doc(hidden)]
+    pub fn streams_broken(&self) -> u64 {
+        self.hub.get().map_or(0, |hub| hub.streams_broken())
+    }
+
     /// The URL of the member whose stream carries this client's managed watches now (`None`
     /// before the first managed watch, or between streams).
     ///
