@@ -10,41 +10,33 @@
 //! ~100,000 that way, to 14 ejections of the live leader. So a late answer blames the member
 //! only when its streams fell silent too: nothing heard in the second half of the wait.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use tokio::time::Instant;
 
-/// The newest news from the member's streams, as nanoseconds after `epoch` plus one (0: none).
+use super::atomic_instant::AtomicInstant;
+
+/// The newest news from the member's streams (`None`: nothing heard yet).
 #[derive(Debug)]
 pub(crate) struct Heard {
-    epoch: Instant,
-    at: AtomicU64,
+    at: AtomicInstant,
 }
 
 impl Heard {
     /// Nothing heard yet.
     pub(crate) fn new(now: Instant) -> Self {
         Heard {
-            epoch: now,
-            at: AtomicU64::new(0),
+            at: AtomicInstant::new(now),
         }
-    }
-
-    fn encode(&self, at: Instant) -> u64 {
-        let nanos = at.saturating_duration_since(self.epoch).as_nanos();
-        u64::try_from(nanos).unwrap_or(u64::MAX - 1) + 1
     }
 
     /// A stream on the member brought news at `now` (called once per burst of answers, so a
     /// hot stream costs one atomic per burst).
     pub(crate) fn news(&self, now: Instant) {
-        self.at.fetch_max(self.encode(now), Ordering::Relaxed);
+        self.at.set_max(now);
     }
 
     /// Whether a stream brought news at or after `at`.
     pub(crate) fn since(&self, at: Instant) -> bool {
-        let heard = self.at.load(Ordering::Relaxed);
-        heard != 0 && heard >= self.encode(at)
+        self.at.at_or_after(at)
     }
 
     /// Whether the member kept answering its streams while a request sent at `started` waited

@@ -3,6 +3,7 @@
 //! Requests and the prober both write what they learn here (through short, non-async critical
 //! sections); the balancer reads [`Candidate`] snapshots.
 
+mod atomic_instant;
 mod attempt;
 mod candidate;
 mod cluster_id;
@@ -34,12 +35,10 @@ pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
 pub use info::EndpointInfo;
-#[cfg(test)]
-pub(crate) use pace::HEDGE_FLOOR;
 use pace::Pace;
 pub(crate) use pace::stall_limit;
 #[cfg(test)]
-pub(crate) use pace::{STALL_FACTOR, STALL_FLOOR};
+pub(crate) use pace::{HEDGE_FLOOR, STALL_FACTOR, STALL_FLOOR};
 pub(crate) use raft_view::RaftView;
 pub(crate) use read_path::clearly_slower;
 use silence::Silence;

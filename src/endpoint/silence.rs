@@ -20,10 +20,11 @@
 //!                 served                                   served
 //! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::atomic_instant::AtomicInstant;
 
 /// A member owing past this many times its pace (the slower of its calls' tail and its
 /// smoothed latency) has stalled. 2, not the 8 of a stream's stall limit: a wrong judgment
@@ -49,59 +50,39 @@ pub(crate) fn silence_limit(pace: Option<Duration>) -> Duration {
     })
 }
 
-/// The oldest unanswered debt, as nanoseconds after `epoch` plus one (0: nothing owed).
+/// The oldest unanswered debt (`None`: nothing owed).
 #[derive(Debug)]
 pub(crate) struct Silence {
-    epoch: Instant,
-    owed_since: AtomicU64,
+    owed_since: AtomicInstant,
 }
 
 impl Silence {
     /// Nothing owed.
     pub(crate) fn new(now: Instant) -> Self {
         Silence {
-            epoch: now,
-            owed_since: AtomicU64::new(0),
+            owed_since: AtomicInstant::new(now),
         }
-    }
-
-    fn encode(&self, at: Instant) -> u64 {
-        let nanos = at.saturating_duration_since(self.epoch).as_nanos();
-        u64::try_from(nanos).unwrap_or(u64::MAX - 1) + 1
     }
 
     /// A request that needs the leader went out at `now`: a debt starts unless one is on.
     pub(crate) fn owe(&self, now: Instant) {
-        if self.owed_since.load(Ordering::Relaxed) == 0 {
-            let _ = self.owed_since.compare_exchange(
-                0,
-                self.encode(now),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-        }
+        self.owed_since.set_if_none(now);
     }
 
     /// The member served a request that needed the leader: nothing is owed.
     pub(crate) fn served(&self) {
-        if self.owed_since.load(Ordering::Relaxed) != 0 {
-            self.owed_since.store(0, Ordering::Relaxed);
-        }
+        self.owed_since.clear();
     }
 
     /// Whether the member owes an answer at all (one atomic load: callers check it before
     /// reading the clock, which costs more than the load on the hot path).
     pub(crate) fn owes(&self) -> bool {
-        self.owed_since.load(Ordering::Relaxed) != 0
+        self.owed_since.is_set()
     }
 
     /// Since when the member has owed an answer, if for at least `limit` at `now`.
     pub(crate) fn stalled_since(&self, limit: Duration, now: Instant) -> Option<Instant> {
-        let raw = self.owed_since.load(Ordering::Relaxed);
-        if raw == 0 {
-            return None;
-        }
-        let since = self.epoch + Duration::from_nanos(raw - 1);
+        let since = self.owed_since.get()?;
         (now.saturating_duration_since(since) >= limit).then_some(since)
     }
 }
