@@ -8,6 +8,7 @@
 mod leader;
 mod members;
 mod outage;
+mod outage_rule;
 mod pick;
 mod pool;
 
@@ -27,7 +28,7 @@ use pool::{Candidates, avoid_suspected, kept};
 
 pub(crate) use leader::LeaderView;
 #[cfg(test)]
-pub(crate) use outage::STOP_HANDOVER;
+pub(crate) use outage_rule::STOP_HANDOVER;
 pub use pick::{Candidate, LeaderFirst, PickPolicy};
 
 /// Timeouts of the leader in a row (since its last success) before it is ejected: one slow
