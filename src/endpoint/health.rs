@@ -124,8 +124,28 @@ impl Health {
         self.state
     }
 
-    pub(crate) fn since(&self) -> Instant {
-        self.since
+    /// The state at `now` as [`tick`](Self::tick) would leave it, changing nothing: an
+    /// ejection that ran out reads as probation. Readers use this, so that looking at an
+    /// endpoint never moves its state machine (only events and the prober's ticks do).
+    pub(crate) fn state_at(&self, now: Instant) -> HealthState {
+        if self.ejection_over(now) {
+            HealthState::Probation
+        } else {
+            self.state
+        }
+    }
+
+    /// Since when the endpoint has been in [`state_at`](Self::state_at) `now`.
+    pub(crate) fn since_at(&self, now: Instant) -> Instant {
+        if self.ejection_over(now) {
+            self.eject_until
+        } else {
+            self.since
+        }
+    }
+
+    fn ejection_over(&self, now: Instant) -> bool {
+        self.state == HealthState::Ejected && now >= self.eject_until
     }
 
     pub(crate) fn latency(&self) -> Option<Duration> {
@@ -160,9 +180,11 @@ impl Health {
 
     /// Move from Ejected to Probation once the ejection time is over.
     pub(crate) fn tick(&mut self, now: Instant) {
-        if self.state == HealthState::Ejected && now >= self.eject_until {
+        if self.ejection_over(now) {
             self.probe_streak = 0;
-            self.enter(HealthState::Probation, now);
+            // Entered when the ejection ended, not when someone looked: `since_at` agrees.
+            let ended = self.eject_until;
+            self.enter(HealthState::Probation, ended);
         }
         if self.state == HealthState::Healthy
             && self.ejections > 0
@@ -181,6 +203,8 @@ impl Health {
 
     /// A request or probe failed here.
     pub(crate) fn on_failure(&mut self, failure: Failure, error: String, now: Instant) {
+        // An ejection that ran out is over: this failure starts the next, longer one.
+        self.tick(now);
         self.last_error = Some(error);
         match failure {
             Failure::Unreachable => self.eject(now),
@@ -322,5 +346,37 @@ mod tests {
         assert_eq!(h.state(), HealthState::NoLeader);
         h.on_probe_ok(true, ms(1), Instant::now());
         assert_eq!(h.state(), HealthState::Healthy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reading_an_ejection_that_ran_out_changes_nothing() {
+        let mut h = Health::new(HealthConfig::default(), Instant::now());
+        h.on_failure(Failure::Unreachable, "refused".into(), Instant::now());
+        let until = h.eject_until();
+        tokio::time::advance(until - Instant::now() + ms(7)).await;
+        let now = Instant::now();
+        // Read as probation since the ejection's end, but still ejected inside.
+        assert_eq!(h.state_at(now), HealthState::Probation);
+        assert_eq!(h.since_at(now), until);
+        assert_eq!(h.state(), HealthState::Ejected);
+        // A tick (the prober's) moves it, dated when the ejection ended.
+        h.tick(now);
+        assert_eq!(h.state(), HealthState::Probation);
+        assert_eq!(h.since_at(now), until);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_after_an_ejection_ran_out_ejects_again_for_longer() {
+        let mut h = Health::new(HealthConfig::default(), Instant::now());
+        h.on_failure(Failure::Unreachable, "refused".into(), Instant::now());
+        let first = h.eject_until() - Instant::now();
+        tokio::time::advance(first).await;
+        // Nobody ticked since: the failure itself ends the old ejection first.
+        h.on_failure(Failure::Unreachable, "refused".into(), Instant::now());
+        assert_eq!(h.state_at(Instant::now()), HealthState::Ejected);
+        assert!(
+            h.eject_until() - Instant::now() > first,
+            "a longer ejection"
+        );
     }
 }

@@ -15,6 +15,7 @@ mod pace;
 pub(crate) mod prober;
 mod raft_view;
 mod read_path;
+mod refusals;
 mod silence;
 pub(crate) mod sync;
 mod unix;
@@ -41,6 +42,8 @@ pub(crate) use pace::stall_limit;
 pub(crate) use pace::{HEDGE_FLOOR, STALL_FACTOR, STALL_FLOOR};
 pub(crate) use raft_view::RaftView;
 pub(crate) use read_path::clearly_slower;
+use refusals::RefusalLog;
+pub(crate) use refusals::Refusals;
 use silence::Silence;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 use version::KnownVersion;
@@ -63,14 +66,8 @@ pub(crate) struct Endpoint {
     linearizable_ok: Mutex<Option<Instant>>,
     /// How long its linearizable reads took (what a leader-bound call costs through it).
     read_path: read_path::ReadPath,
-    /// The refusals of connections to this member since it last answered (nothing listens:
-    /// the process is stopping or gone): when the first and the last came. A leader that
-    /// refuses connections is not merely cut off from us, so followers that still name it are
-    /// trusted to forward writes to it only once it has outlived a quick hand-over (see
-    /// `Balancer::leader_outage`).
-    refused: Mutex<Option<Refusals>>,
-    /// Whether `refused` may hold refusals: lets every answer skip its lock (the common case).
-    may_be_refusing: AtomicBool,
+    /// Connections it refused since it last answered (`refusals.rs`).
+    refused: RefusalLog,
     /// When this member, leading, last dropped a proposal (raft's `ErrProposalDropped`): it is
     /// handing leadership over, and drops what followers forward to it too, silently, until the
     /// transfer ends (see `Balancer::leader_outage`).
@@ -156,8 +153,7 @@ impl Endpoint {
             raft: Mutex::new(RaftView::default()),
             linearizable_ok: Mutex::new(None),
             read_path: read_path::ReadPath::default(),
-            refused: Mutex::new(None),
-            may_be_refusing: AtomicBool::new(false),
+            refused: RefusalLog::default(),
             dropped_at: Mutex::new(None),
             cancel,
             changes,
@@ -261,6 +257,11 @@ impl Endpoint {
         )
     }
 
+    /// Read the health state machine; readers never move it (see [`tick`](Self::tick)).
+    fn read_health<T>(&self, f: impl FnOnce(&Health) -> T) -> T {
+        f(&self.health.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     fn with_health<T>(&self, f: impl FnOnce(&mut Health) -> T) -> T {
         let mut guard = self.health.lock().unwrap_or_else(|e| e.into_inner());
         let before = guard.state();
@@ -286,23 +287,26 @@ impl Endpoint {
         out
     }
 
-    /// The health state now (ejections that ran out move to probation).
+    /// The health state now (an ejection that ran out reads as probation). Changes nothing.
     pub(crate) fn state(&self) -> HealthState {
-        self.with_health(|h| {
-            h.tick(Instant::now());
-            h.state()
-        })
+        self.read_health(|h| h.state_at(Instant::now()))
+    }
+
+    /// Move the health state machine to `now` (an ejection that ran out ends, and its end is
+    /// published): the prober's, as its wait for that end is over.
+    pub(crate) fn tick(&self, now: Instant) {
+        self.with_health(|h| h.tick(now));
     }
 
     /// When the current ejection ends (in the past when not ejected).
     pub(crate) fn eject_until(&self) -> Instant {
-        self.with_health(|h| h.eject_until())
+        self.read_health(|h| h.eject_until())
     }
 
     /// A request here succeeded at `now`, in `latency`.
     pub(crate) fn on_success(&self, latency: Duration, now: Instant) {
         self.strikes.store(0, Ordering::Relaxed);
-        self.answered();
+        self.refused.answered();
         self.with_health(|h| h.on_success(latency, now));
     }
 
@@ -344,7 +348,7 @@ impl Endpoint {
     /// clears a suspicion raised before the probe was sent.
     pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
         let now = Instant::now();
-        self.answered();
+        self.refused.answered();
         self.with_pace(|p| p.probe_answered(now.checked_sub(latency).unwrap_or(now)));
         self.with_health(|h| h.on_probe_ok(has_leader, latency, now));
     }
@@ -369,24 +373,12 @@ impl Endpoint {
 
     /// A connection to this member was refused at `now`.
     pub(crate) fn set_refused(&self, now: Instant) {
-        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        let first = refused.map_or(now, |r| r.first);
-        *refused = Some(Refusals { first, last: now });
-        self.may_be_refusing.store(true, Ordering::Release);
+        self.refused.refused(now);
     }
 
     /// The refusals since this member last answered, if any.
     pub(crate) fn refusals(&self) -> Option<Refusals> {
-        *self.refused.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The member answered: whatever refused before is listening again.
-    fn answered(&self) {
-        // Set after the refusal is written: a refusal racing this answer is either cleared
-        // with it or left with the flag up, never hidden behind a lowered flag.
-        if self.may_be_refusing.swap(false, Ordering::AcqRel) {
-            *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        }
+        self.refused.get()
     }
 
     /// This member, leading, dropped a proposal at `at`.
@@ -434,11 +426,10 @@ impl Endpoint {
     /// What the pick policy sees, given the current leader's member id.
     pub(crate) fn candidate(&self, leader_id: u64, now: Instant) -> Candidate {
         let member_id = self.raft().member_id;
-        self.with_health(|h| {
-            h.tick(now);
+        self.read_health(|h| {
             let is_leader = member_id != 0 && member_id == leader_id;
             Candidate {
-                state: h.state(),
+                state: h.state_at(now),
                 is_leader,
                 latency: h.latency(),
                 // The leader's path as confirmed, however it is doing (a slow link shows as a
@@ -464,18 +455,17 @@ impl Endpoint {
         let raft = self.raft();
         // Read before the health lock: the two locks are never held together.
         let suspected = self.is_suspected();
-        self.with_health(|h| {
+        self.read_health(|h| {
             let now = Instant::now();
-            h.tick(now);
             EndpointInfo {
                 url: self.url.to_string(),
                 member_id: (raft.member_id != 0).then_some(raft.member_id),
-                health: h.state(),
+                health: h.state_at(now),
                 is_leader: raft.member_id != 0 && raft.member_id == leader_id,
                 latency: h.latency(),
                 leader_path: self.read_path.confirmed(),
                 last_error: h.last_error().map(str::to_owned),
-                since: h.since().into_std(),
+                since: h.since_at(now).into_std(),
                 draining: self.is_draining(),
                 in_flight: self.in_flight(),
                 suspected,
@@ -483,16 +473,6 @@ impl Endpoint {
             }
         })
     }
-}
-
-/// Connections to a member refused since it last answered: when the first and the last were.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Refusals {
-    /// The first refusal since the member last answered: when its listener closed, as far as
-    /// we know (a stopping etcd closes it first, a gone one never reopens it).
-    pub(crate) first: Instant,
-    /// The latest refusal.
-    pub(crate) last: Instant,
 }
 
 #[cfg(test)]

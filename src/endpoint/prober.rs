@@ -96,6 +96,8 @@ impl Prober {
                 // that turned slow is measured within a probe, not after an interval.
                 Ok(()) = suspected.changed() => {}
             }
+            // An ejection whose wait just ended is over: say so now, not at the probe's end.
+            self.endpoint.tick(Instant::now());
             let Some(sink) = self.sink.upgrade() else {
                 return;
             };
