@@ -453,6 +453,6 @@ impl ProbeSink for Balancer {
     fn on_probed(&self, _ep: &Endpoint) {
         // A probe may have ended the outage (a linearizable read served, or the lost leader
         // healthy again): publish that now, so that waiting calls go at once.
-        self.leader_outage();
+        self.settle_outage();
     }
 }

@@ -12,16 +12,27 @@ use crate::endpoint::Endpoint;
 
 impl Balancer {
     /// When we lost the leader, if that outage is still on: no other leader has been seen since
-    /// and the lost one is not healthy again. Ends the outage (and wakes its waiters) when the
-    /// evidence says it is over.
+    /// and the evidence does not say it is over (`outage_rule.rs`). Changes nothing: the
+    /// outage ends in [`settle_outage`](Self::settle_outage).
     pub(crate) fn leader_outage(&self) -> Option<Instant> {
         let (lost_id, since) = self.leader.get().lost?;
-        let members: Vec<Facts> = self.endpoints().iter().map(|e| Facts::of(e)).collect();
-        if outage_over(lost_id, since, &members) {
+        (!self.outage_over(lost_id, since)).then_some(since)
+    }
+
+    /// End the leader outage, waking the calls that wait on it, when the evidence says it is
+    /// over: the probers' news (only a probe serves the linearizable reads and readmits the
+    /// members the rule reads).
+    pub(crate) fn settle_outage(&self) {
+        if let Some((lost_id, since)) = self.leader.get().lost
+            && self.outage_over(lost_id, since)
+        {
             self.leader.end_outage(lost_id, since);
-            return None;
         }
-        Some(since)
+    }
+
+    fn outage_over(&self, lost_id: u64, since: Instant) -> bool {
+        let members: Vec<Facts> = self.endpoints().iter().map(|e| Facts::of(e)).collect();
+        outage_over(lost_id, since, &members)
     }
 
     /// Since when the leader has stalled, when it has: it owes answers that need the leader
