@@ -11,6 +11,7 @@
 //! quorum read that watches from now asked for together share. This file is the service and
 //! the options.
 
+mod align;
 mod buffer;
 mod calls;
 mod dispatch;
