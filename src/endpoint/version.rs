@@ -102,28 +102,6 @@ impl ServerVersion {
         }
     }
 
-    /// Whether every watcher this member catches up from below a compaction is told of the
-    /// compaction (3.4.31+, 3.5.13+, 3.6+; etcd PR 17555). Before, one whose channel was full
-    /// when a sync pass reached it skipped the notice and the events up to that pass: events
-    /// lost, for any watch created from a compacted revision while thousands catch up.
-    ///
-    /// ```
-    /// use etcd_ha::ServerVersion;
-    /// assert!(ServerVersion::new(3, 5, 13).tells_every_compacted_watcher());
-    /// assert!(!ServerVersion::new(3, 5, 1).tells_every_compacted_watcher());
-    /// assert!(!ServerVersion::new(3, 4, 23).tells_every_compacted_watcher());
-    /// assert!(ServerVersion::new(3, 4, 31).tells_every_compacted_watcher());
-    /// assert!(ServerVersion::new(3, 6, 0).tells_every_compacted_watcher());
-    /// ```
-    pub fn tells_every_compacted_watcher(self) -> bool {
-        match (self.major, self.minor) {
-            (3, 4) => self.patch >= 31,
-            (3, 5) => self.patch >= 13,
-            (3, m) => m >= 6,
-            (m, _) => m > 3,
-        }
-    }
-
     /// Whether this member serves `KV.RangeStream` (3.7+).
     ///
     /// ```

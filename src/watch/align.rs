@@ -25,10 +25,7 @@
 //!
 //! A compaction may land between the common start and a watch's own: etcd then cancels the
 //! watch as compacted although its own history is whole. [`compaction_spares`] tells that case,
-//! and the watch is created again from its own start. Members older than 3.4.31 and 3.5.13
-//! (`ServerVersion::tells_every_compacted_watcher`) may skip that cancel for a watcher whose
-//! channel is full and lose its events (etcd PR 17555; `tests/watch_align.rs` lost them on
-//! 3.5.1 and 3.4.23): there every watch resumes from its own start, as before.
+//! and the watch is created again from its own start.
 
 /// Fewer watches than this resume from their own starts: etcd syncs up to this many unsynced
 /// watchers a pass, so one pass takes them all whatever their starts.

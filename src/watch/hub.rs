@@ -90,16 +90,15 @@ pub(super) struct Entry {
 }
 
 impl Entry {
-    /// The create request that resumes this watch, with `watch_id`: from where it stands, or,
-    /// when the stream's member may be sent it (`align`), from the start it shares with the
-    /// watches moved with it.
-    pub(super) fn create_request(&mut self, watch_id: i64, align: bool) -> WatchRequest {
+    /// The create request that resumes this watch, with `watch_id`: from where it stands, or
+    /// from the start it shares with the watches moved with it.
+    pub(super) fn create_request(&mut self, watch_id: i64) -> WatchRequest {
         let mut create = self.create.clone();
         let own = self.cursor.resume_from();
-        create.start_revision = match self.aligned.take() {
-            Some(common) if align => align::aligned(own, common),
-            _ => own,
-        };
+        create.start_revision = self
+            .aligned
+            .take()
+            .map_or(own, |common| align::aligned(own, common));
         self.asked_from = create.start_revision;
         create.watch_id = watch_id;
         WatchRequest {

@@ -17,7 +17,7 @@ use super::hub::{HubTask, State};
 use super::lag::{Lag, Verdict};
 use super::progress::{Due, Liveness, ProgressGate};
 use crate::call::supervise::{self, FULL_RETRY};
-use crate::endpoint::{Endpoint, ServerVersion};
+use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchRequest, WatchResponse, watch_request::RequestUnion,
@@ -271,16 +271,11 @@ impl HubTask {
                 Err(TrySendError::Closed(_)) => return Err(Error::StreamClosed),
             }
         }
-        // A common start below a compaction loses events on older members (`align.rs`).
-        let align = up
-            .endpoint
-            .version()
-            .is_some_and(ServerVersion::tells_every_compacted_watcher);
         while up.tx.capacity() > 0 {
             let Some(key) = self.pop_queued() else { break };
             let watch_id = self.watch_id();
             let entry = self.entries.get_mut(&key).expect("popped keys exist");
-            match up.tx.try_send(entry.create_request(watch_id, align)) {
+            match up.tx.try_send(entry.create_request(watch_id)) {
                 Ok(()) => {
                     entry.state = State::Creating { watch_id };
                     up.creating.push_back((watch_id, Some(key)));
@@ -303,8 +298,7 @@ impl HubTask {
         let watch_id = self.watch_id();
         let entry = self.entries.get_mut(&key).expect("popped keys exist");
         entry.state = State::Creating { watch_id };
-        // Its member is not chosen yet: the first create asks from its own start.
-        let first = entry.create_request(watch_id, false);
+        let first = entry.create_request(watch_id);
         let open =
             self.supervisor.open(
                 Rpc::Watch,
