@@ -4,7 +4,6 @@
 
 use std::sync::atomic::Ordering;
 
-use super::align;
 use super::buffer::Refused;
 use super::hub::{HubTask, State};
 use super::link::{Up, cancel_request};
@@ -181,20 +180,6 @@ impl HubTask {
             return;
         };
         entry.cursor.stream_lost();
-        let own = entry.cursor.resume_from();
-        if response.compact_revision > 0
-            && align::compaction_spares(entry.asked_from, own, response.compact_revision)
-        {
-            // Created from the start it shared with others, below a compaction that its own
-            // start is above: its history is whole; create it again from there.
-            tracing::debug!(
-                compact_revision = response.compact_revision,
-                resume_from = own,
-                "aligned watch start compacted; resuming from its own",
-            );
-            self.enqueue(key);
-            return;
-        }
         if response.compact_revision > 0 {
             let compact_revision = response.compact_revision;
             if entry.reload {

@@ -30,7 +30,6 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::align;
 use super::buffer::{BatchSender, Refused};
 use super::handle::{Command, Inner, NewWatch};
 use super::link::{Link, cancel_request};
@@ -82,24 +81,13 @@ pub(super) struct Entry {
     /// Creates of it refused as not permitted since its last successful create: after
     /// `MAX_AUTH_REFUSALS` of them it ends whatever the checks say (see `relogin.rs`).
     pub(super) auth_refusals: u8,
-    /// The start its next create shares with the watches moved with it (`align.rs`); taken
-    /// by that create.
-    pub(super) aligned: Option<i64>,
-    /// The start revision its last create asked for.
-    pub(super) asked_from: i64,
 }
 
 impl Entry {
-    /// The create request that resumes this watch, with `watch_id`: from where it stands, or
-    /// from the start it shares with the watches moved with it.
-    pub(super) fn create_request(&mut self, watch_id: i64) -> WatchRequest {
+    /// The create request that resumes this watch, with `watch_id`.
+    pub(super) fn create_request(&self, watch_id: i64) -> WatchRequest {
         let mut create = self.create.clone();
-        let own = self.cursor.resume_from();
-        create.start_revision = self
-            .aligned
-            .take()
-            .map_or(own, |common| align::aligned(own, common));
-        self.asked_from = create.start_revision;
+        create.start_revision = self.cursor.resume_from();
         create.watch_id = watch_id;
         WatchRequest {
             request_union: Some(RequestUnion::CreateRequest(create)),
@@ -300,8 +288,6 @@ impl HubTask {
                     ready: Some(ready),
                     state: State::Queued,
                     auth_refusals: 0,
-                    aligned: None,
-                    asked_from: 0,
                 };
                 self.entries.insert(key, entry);
                 self.queue.push_back(key);

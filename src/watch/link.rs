@@ -12,7 +12,6 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
-use super::align;
 use super::hub::{HubTask, State};
 use super::lag::{Lag, Verdict};
 use super::progress::{Due, Liveness, ProgressGate};
@@ -459,17 +458,9 @@ impl HubTask {
             .collect();
         // Oldest watches first, as they were created.
         moved.sort_unstable();
-        // Thousands moved at once resume from one start: etcd's pace (`align.rs`).
-        let common = align::common_start(
-            moved
-                .iter()
-                .filter_map(|k| self.entries.get(k))
-                .map(|e| e.cursor.resume_from()),
-        );
         for key in moved {
             if let Some(entry) = self.entries.get_mut(&key) {
                 entry.cursor.stream_lost();
-                entry.aligned = common;
             }
             self.enqueue(key);
         }

@@ -11,7 +11,6 @@
 //! quorum read that watches from now asked for together share. This file is the service and
 //! the options.
 
-mod align;
 mod buffer;
 mod calls;
 mod dispatch;
