@@ -458,6 +458,10 @@ impl HubTask {
             .collect();
         // Oldest watches first, as they were created.
         moved.sort_unstable();
+        tracing::debug!(
+            watches = moved.len(),
+            "watches to resume on the next stream"
+        );
         for key in moved {
             if let Some(entry) = self.entries.get_mut(&key) {
                 entry.cursor.stream_lost();

@@ -548,6 +548,11 @@ async fn run(args: Args) {
 }
 
 fn main() {
+    // RUST_LOG=etcd_ha::watch=debug shows the watch stream's moves and resumes.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     let args = Args::parse();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
