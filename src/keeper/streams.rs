@@ -17,11 +17,8 @@
 //! # The rule
 //!
 //! A lease joins the first slot whose renewals per second, with it, stay within a stream's
-//! share ([`DEFAULT_KEEP_ALIVE_STREAM_RATE`] unless set) and whose stream keeps up (none of
-//! its leases at risk); when every slot is full or behind, the least loaded one. The share is
-//! a guess about the server; a stream that falls behind below it (a slower server, a busier
-//! leader) is the server saying its real ceiling, so new leases open the next stream instead
-//! of waiting for the share to fill. A slot's task starts
+//! share ([`DEFAULT_KEEP_ALIVE_STREAM_RATE`] unless set); when every slot is that full, the
+//! least loaded one. A slot's task starts
 //! with its first lease and stops with its last, so a client with few leases keeps one stream,
 //! as before. Leases never move between slots: each slot's task owns its leases' bookkeeping
 //! (what its stream owes, in the order it owes it), and a lease that moved would be owed by
@@ -93,26 +90,22 @@ pub(super) fn rate(ttl: Duration) -> u64 {
     (3 * MILLI * 1000 / millis).max(1)
 }
 
-/// The slot a lease needing `rate` joins: the first that keeps up and whose load stays within
-/// `per_stream` renewals a second with it, else the least loaded (the first of equals).
+/// The slot a lease needing `rate` joins: the first whose load stays within `per_stream`
+/// renewals a second with it, else the least loaded (the first of equals).
 pub(super) fn choose(slots: &[Slot], rate: u64, per_stream: u32) -> usize {
-    let loads = slots.iter().map(|s| {
-        let behind = s.at_risk.load(Ordering::Relaxed) > 0;
-        (s.load.load(Ordering::Relaxed), behind)
-    });
+    let loads = slots.iter().map(|s| s.load.load(Ordering::Relaxed));
     pick(loads, rate, u64::from(per_stream) * MILLI)
 }
 
-/// [`choose`] over plain loads (each with whether its stream is behind), with the budget per
-/// slot.
-fn pick(loads: impl Iterator<Item = (u64, bool)> + Clone, rate: u64, budget: u64) -> usize {
+/// [`choose`] over plain loads, with the budget per slot.
+fn pick(loads: impl Iterator<Item = u64> + Clone, rate: u64, budget: u64) -> usize {
     loads
         .clone()
-        .position(|(load, behind)| !behind && load.saturating_add(rate) <= budget)
+        .position(|load| load.saturating_add(rate) <= budget)
         .or_else(|| {
             loads
                 .enumerate()
-                .min_by_key(|&(i, (load, _))| (load, i))
+                .min_by_key(|&(i, load)| (load, i))
                 .map(|(i, _)| i)
         })
         .unwrap_or(0)
@@ -133,54 +126,23 @@ mod tests {
         assert_eq!(rate(Duration::MAX), 1);
     }
 
-    /// Loads of streams that keep up.
-    fn up(loads: &[u64]) -> impl Iterator<Item = (u64, bool)> + Clone + '_ {
-        loads.iter().map(|&l| (l, false))
-    }
-
     #[test]
     fn leases_fill_the_first_stream_before_the_next() {
         // Budget 10: the first slot takes leases until it is full, then the second.
-        assert_eq!(pick(up(&[0, 0, 0]), 3, 10), 0);
-        assert_eq!(pick(up(&[9, 0, 0]), 3, 10), 1);
-        assert_eq!(pick(up(&[10, 7, 0]), 3, 10), 1, "exactly full fits");
-        assert_eq!(pick(up(&[10, 8, 0]), 3, 10), 2);
+        assert_eq!(pick([0, 0, 0].into_iter(), 3, 10), 0);
+        assert_eq!(pick([9, 0, 0].into_iter(), 3, 10), 1);
+        assert_eq!(pick([10, 7, 0].into_iter(), 3, 10), 1, "exactly full fits");
+        assert_eq!(pick([10, 8, 0].into_iter(), 3, 10), 2);
         // A slot emptied by expiries is filled again first.
-        assert_eq!(pick(up(&[10, 10, 0, 4]), 3, 10), 2);
+        assert_eq!(pick([10, 10, 0, 4].into_iter(), 3, 10), 2);
     }
 
     #[test]
     fn past_every_budget_the_least_loaded_takes_it() {
-        assert_eq!(pick(up(&[30, 12, 20]), 3, 10), 1);
-        assert_eq!(pick(up(&[12, 12]), 3, 10), 0, "the first of equals");
-        assert_eq!(pick(up(&[u64::MAX, 5]), 10, 10), 1, "no overflow");
+        assert_eq!(pick([30, 12, 20].into_iter(), 3, 10), 1);
+        assert_eq!(pick([12, 12].into_iter(), 3, 10), 0, "the first of equals");
+        assert_eq!(pick([u64::MAX, 5].into_iter(), 10, 10), 1, "no overflow");
         assert_eq!(pick(std::iter::empty(), 3, 10), 0);
-    }
-
-    #[test]
-    fn a_stream_that_falls_behind_below_its_share_opens_the_next() {
-        // The first stream has room by the share but leases at risk: the server's ceiling for
-        // one stream is lower than the share guessed.
-        assert_eq!(pick([(2, true), (0, false)].into_iter(), 3, 10), 1);
-        // Every stream behind (a leader kill): the least loaded, as when all are full.
-        assert_eq!(pick([(4, true), (2, true)].into_iter(), 3, 10), 1);
-        // Behind and full are the same to the fallback.
-        assert_eq!(pick([(12, false), (2, true)].into_iter(), 3, 10), 1);
-    }
-
-    #[test]
-    fn choose_reads_each_slots_risk() {
-        let slots = slots(2);
-        slots[0].add(MILLI);
-        assert_eq!(choose(&slots, MILLI, 10), 0);
-        slots[0].at_risk.store(3, Ordering::Relaxed);
-        assert_eq!(choose(&slots, MILLI, 10), 1, "slot 0 is behind");
-        slots[0].at_risk.store(0, Ordering::Relaxed);
-        assert_eq!(
-            choose(&slots, MILLI, 10),
-            0,
-            "caught up: filled first again"
-        );
     }
 
     #[test]

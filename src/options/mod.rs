@@ -372,9 +372,9 @@ impl Options {
 
     /// The [`Keeper`](crate::Keeper) opens at most `streams` keep-alive streams, each on the
     /// leader, and puts a new lease on another stream once its leases need more than
-    /// `renewals_per_stream` renewals a second (a lease of TTL `t` is renewed every `t / 3`),
-    /// or sooner when the stream falls behind (a lease at risk on it): etcd answers a
-    /// stream's keep-alives one at a time, so one stream has a ceiling of its own. Defaults [`DEFAULT_KEEP_ALIVE_STREAMS`] and [`DEFAULT_KEEP_ALIVE_STREAM_RATE`];
+    /// `renewals_per_stream` renewals a second (a lease of TTL `t` is renewed every `t / 3`):
+    /// etcd answers a stream's keep-alives one at a time, so one stream has a ceiling of its
+    /// own. Defaults [`DEFAULT_KEEP_ALIVE_STREAMS`] and [`DEFAULT_KEEP_ALIVE_STREAM_RATE`];
     /// `streams` from 1 to [`MAX_KEEP_ALIVE_STREAMS`], `renewals_per_stream` at least 1. A
     /// client whose leases fit one stream's share opens one.
     ///
