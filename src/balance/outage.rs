@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use super::Balancer;
@@ -31,7 +32,8 @@ impl Balancer {
     }
 
     fn outage_over(&self, lost_id: u64, since: Instant) -> bool {
-        let members: Vec<Facts> = self.endpoints().iter().map(|e| Facts::of(e)).collect();
+        // On the stack: during an outage every waiting call asks on each turn of its wait.
+        let members: SmallVec<[Facts; 8]> = self.endpoints().iter().map(|e| Facts::of(e)).collect();
         outage_over(lost_id, since, &members)
     }
 

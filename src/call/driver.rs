@@ -234,6 +234,10 @@ impl Transport {
         loop {
             let timer = plan.next_timer();
             let event = tokio::select! {
+                // An answer that is here wins over a timer that fired in the same poll: after
+                // the process or the machine stood still (a scheduler stall, a paused VM), both
+                // are ready at once, and an applied write's answer must not become a timeout.
+                biased;
                 Some(answer) = running.next() => Event::Answer(answer),
                 () = sleep_until(timer.map(|(at, _)| at)) => Event::Timer(timer.expect("armed").1),
             };

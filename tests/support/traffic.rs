@@ -77,7 +77,8 @@ impl Seen {
 pub struct Reads {
     pub linearizable: u32,
     pub serializable: u32,
-    pub errors: Vec<String>,
+    /// Each error that reached a reader, with when its call began.
+    pub errors: Vec<(Instant, String)>,
 }
 
 /// Everything the traffic saw, for the checks.
@@ -90,6 +91,9 @@ pub struct Report {
     pub history: Vec<String>,
     /// Failed puts that were applied anyway (ambiguous failures that did reach etcd).
     pub failed_but_applied: usize,
+    /// When the traffic was told to stop: errors are printed relative to it, so a failure
+    /// shows which step of the test it followed.
+    pub stopped_at: Instant,
 }
 
 impl Report {
@@ -119,11 +123,25 @@ impl Report {
             self.history,
             self.failed_but_applied,
         );
-        for (_, e) in self.write_errors() {
-            println!("MEASURE {scenario}: write error {e}");
+        // Seconds from the stop (negative: before it).
+        let since_stop = |at: &Instant| {
+            if *at >= self.stopped_at {
+                (*at - self.stopped_at).as_secs_f64()
+            } else {
+                -(self.stopped_at - *at).as_secs_f64()
+            }
+        };
+        for (at, e) in self.write_errors() {
+            println!(
+                "MEASURE {scenario}: write error {e}, came at {:+.3} s from the stop",
+                since_stop(at)
+            );
         }
-        for e in &self.reads.errors {
-            println!("MEASURE {scenario}: read error {e}");
+        for (at, e) in &self.reads.errors {
+            println!(
+                "MEASURE {scenario}: read error {e}, its call began at {:+.3} s from the stop",
+                since_stop(at)
+            );
         }
     }
 
@@ -142,7 +160,7 @@ impl Report {
         assert!(
             self.reads.errors.is_empty(),
             "read errors reached the caller: {:?}",
-            self.reads.errors
+            self.reads.errors.iter().map(|(_, e)| e).collect::<Vec<_>>()
         );
         assert!(self.streams.is_empty(), "{:?}", self.streams);
         assert!(self.history.is_empty(), "{:?}", self.history);
@@ -240,6 +258,7 @@ impl Traffic {
     /// Stop the traffic, let the watch catch up, and check the store, the watch's events, the
     /// lease and the leadership against what was acknowledged.
     pub async fn finish(self) -> Report {
+        let stopped_at = Instant::now();
         self.stop.store(true, Ordering::Relaxed);
         let mut writers = Vec::new();
         for task in self.writers {
@@ -353,6 +372,7 @@ impl Traffic {
             streams,
             history,
             failed_but_applied,
+            stopped_at,
         }
     }
 }
@@ -401,6 +421,7 @@ fn spawn_reader(
             } else {
                 GetOptions::new()
             };
+            let began = Instant::now();
             match kv.get(key.as_str(), options).await {
                 Ok(r) if serializable => {
                     drop(r);
@@ -409,14 +430,15 @@ fn spawn_reader(
                 Ok(r) => {
                     let revision = r.header.unwrap().revision;
                     if revision < newest {
-                        reads
-                            .errors
-                            .push(format!("linearizable read at {revision} after {newest}"));
+                        reads.errors.push((
+                            began,
+                            format!("linearizable read at {revision} after {newest}"),
+                        ));
                     }
                     newest = newest.max(revision);
                     reads.linearizable += 1;
                 }
-                Err(e) => reads.errors.push(format!("{e:?}")),
+                Err(e) => reads.errors.push((began, format!("{e:?}"))),
             }
             tokio::time::sleep(READ_PACE).await;
         }
