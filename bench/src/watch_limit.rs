@@ -229,8 +229,13 @@ pub struct Resume {
 /// Where the watchers of a bare resume start.
 #[derive(Clone, Copy, Debug)]
 pub enum ResumeFrom<'a> {
-    /// Every one from the revision before the puts (keys of their own).
+    /// Every one from the revision before the puts (keys of their own): only the concurrent
+    /// puts lie behind that start, so this is a shallow resume.
     Before,
+    /// Every one from one revision as many writes back as there are watchers (keys of their
+    /// own, never written before): a whole round of writes lies behind the start, as behind
+    /// the last events of watches whose keys were each written once a round.
+    RoundBehind,
     /// Watcher `i` on the key of [`bare_stream`]'s watcher `i`, from after its put there (the
     /// revision in [`Pace::revisions`]): as a client resumes watches whose last events are
     /// spread over that many revisions.
@@ -257,8 +262,18 @@ pub async fn bare_resume(
     fn resume_key(i: usize) -> Vec<u8> {
         format!("resume/{i:06}").into_bytes()
     }
+    fn behind_key(i: usize) -> Vec<u8> {
+        format!("behind/{i:06}").into_bytes()
+    }
     let (key, starts): (KeyOf, Vec<i64>) = match from {
         ResumeFrom::Before => (resume_key, vec![now + 1; count]),
+        ResumeFrom::RoundBehind => {
+            let back = i64::try_from(count).unwrap_or(i64::MAX);
+            (
+                behind_key,
+                vec![(now + 1).saturating_sub(back).max(1); count],
+            )
+        }
         ResumeFrom::Own(revisions) if revisions.len() == count => {
             (key, revisions.iter().map(|r| r + 1).collect())
         }

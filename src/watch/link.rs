@@ -458,10 +458,22 @@ impl HubTask {
             .collect();
         // Oldest watches first, as they were created.
         moved.sort_unstable();
-        tracing::debug!(
-            watches = moved.len(),
-            "watches to resume on the next stream"
-        );
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // How deep in the history the resume starts: etcd catches resumed watches up 512
+            // at a time, each pass reading from the oldest start among them to its head.
+            let starts = moved
+                .iter()
+                .filter_map(|k| self.entries.get(k))
+                .map(|e| e.cursor.resume_from());
+            let (oldest, newest) = starts.fold((i64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
+            tracing::debug!(
+                watches = moved.len(),
+                oldest_start = oldest,
+                newest_start = newest,
+                seen = *self.revisions.borrow(),
+                "watches to resume on the next stream"
+            );
+        }
         for key in moved {
             if let Some(entry) = self.entries.get_mut(&key) {
                 entry.cursor.stream_lost();

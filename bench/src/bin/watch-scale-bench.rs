@@ -11,10 +11,13 @@
 //!
 //! For each count: first the server's pace (one bare tonic `Watch` stream to the leader that
 //! creates a watcher per key, then one put per key), and its pace resuming that many watchers
-//! while a put per key runs: all from one past revision, and each from its own last event
-//! (spread over as many revisions, as a client's watches are after a burst of writes). Then one etcd-ha client makes the managed
-//! watches (`Watch::watch`, from now, 256 at a time) and a task per watch reads it, as an
-//! application would. A second client puts every key once per round (256 in flight; a failed
+//! while a put per key runs: all from the revision just before those puts (a shallow resume),
+//! all from one revision a round of writes back, and each from its own last event (spread over
+//! as many revisions, as a client's watches are after a burst of writes). etcd catches resumed
+//! watchers up 512 a pass, each pass reading the history from the oldest start among them, so
+//! the depth of history behind the starts sets the pace. Then one etcd-ha client makes the
+//! managed watches (`Watch::watch`, from now, 256 at a time) and a task per watch reads it, as
+//! an application would. A second client puts every key once per round (256 in flight; a failed
 //! put is sent again until it is acknowledged):
 //!
 //! - round 0 puts keys nobody watches, to measure the writer's own CPU;
@@ -113,8 +116,9 @@ struct Round {
 struct Row {
     count: usize,
     bare: Result<Pace, String>,
-    /// From one revision, and from each watcher's own last event.
-    bare_resume: [Result<Resume, String>; 2],
+    /// From the revision before the puts, from one revision a round of writes back, and from
+    /// each watcher's own last event.
+    bare_resume: [Result<Resume, String>; 3],
     create: Duration,
     create_errors: usize,
     kib_per_watch: f64,
@@ -302,6 +306,7 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
     let endpoint = cluster.endpoint(leader);
     let bare_resume = [
         watch_limit::bare_resume(&endpoint, count, ResumeFrom::Before, args.window).await,
+        watch_limit::bare_resume(&endpoint, count, ResumeFrom::RoundBehind, args.window).await,
         match &bare {
             Ok(pace) => {
                 let from = ResumeFrom::Own(&pace.revisions);
@@ -477,7 +482,11 @@ async fn run(args: Args) {
         "watches", "from", "last event (ms)", "median (ms)", "p99 (ms)", "max (ms)"
     );
     for row in &rows {
-        let from = ["one revision", "each one's last event"];
+        let from = [
+            "the revision before the puts",
+            "one revision a round back",
+            "each one's last event",
+        ];
         for (from, resume) in from.iter().zip(&row.bare_resume) {
             match resume {
                 Ok(r) => println!(
