@@ -21,8 +21,9 @@ impl HubTask {
             return;
         }
         if response.watch_id == -1 && response.events.is_empty() && !response.canceled {
-            // The answer to a progress request: proof for some watches, or life only.
-            let Some(bound) = up.gate.answered() else {
+            // The answer to a progress request: proof for the watches created below its
+            // revision (see `progress.rs`), or life only.
+            let Some(proved) = up.gate.answered(revision) else {
                 return;
             };
             let covered: Vec<u64> = up
@@ -31,7 +32,7 @@ impl HubTask {
                 .copied()
                 .filter(|k| {
                     self.entries.get(k).is_some_and(
-                        |e| matches!(e.state, State::Active { stamp, .. } if stamp < bound),
+                        |e| matches!(e.state, State::Active { created, .. } if created < proved),
                     )
                 })
                 .collect();
@@ -166,7 +167,8 @@ impl HubTask {
         let at = entry.cursor.created(revision);
         entry.state = State::Active {
             watch_id,
-            stamp: up.gate.stamp(),
+            // No header: no progress answer ever covers it.
+            created: response.header.as_ref().map_or(i64::MAX, |h| h.revision),
         };
         up.ids.insert(watch_id, key);
         if let Some(ready) = entry.ready.take() {

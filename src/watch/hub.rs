@@ -48,8 +48,9 @@ pub(super) enum State {
     Queued,
     /// Create sent on the current stream with this id; its `created` answer is owed.
     Creating { watch_id: i64 },
-    /// Running on the current stream; `stamp` says which progress answers cover it.
-    Active { watch_id: i64, stamp: u64 },
+    /// Running on the current stream; `created` is the revision of its `created` answer:
+    /// progress answers above it cover it (see `progress.rs`).
+    Active { watch_id: i64, created: i64 },
     /// Its buffer was full: canceled on the server until the consumer drains half of it.
     Paused,
     /// Its history was compacted: reading the current state of its range.

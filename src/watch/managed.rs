@@ -234,9 +234,11 @@ impl WatchStream {
     /// [`WatchBatch::Progress`] (if it is news); `false` where the answer only proves the
     /// stream alive, or while the member's version is not known yet.
     ///
-    /// etcd answers only once every watch on the stream has caught up, so on a stream shared
-    /// with watches that replay history the answer waits for them; a watch that needs prompt
-    /// answers belongs on a stream of its own ([`Watch::isolated`](crate::Watch::isolated)).
+    /// etcd answers only when every watch on the stream has caught up, and drops a request
+    /// that arrives while one replays history: on a stream shared with such watches the
+    /// answer comes with a later request (the periodic one, or the next call of this), once
+    /// they caught up. A watch that needs prompt answers belongs on a stream of its own
+    /// ([`Watch::isolated`](crate::Watch::isolated)).
     ///
     /// ```no_run
     /// # async fn demo(w: etcd_ha::WatchStream) -> etcd_ha::Result<()> {

@@ -8,11 +8,14 @@
 //! member that is frozen (SIGSTOP, a hung disk in the gRPC path) or black-holed never runs
 //! etcd's own require-leader check, so the server never cancels the stream. Every
 //! [`PROGRESS_INTERVAL`] the hub therefore asks for progress; anything that arrives counts as
-//! life. If nothing at all arrives for [`SILENCE_LIMIT`], the stream is dead. etcd 3.4.25+ and
-//! 3.5.8+ hold a progress answer back while a watch on the stream is catching up (and
-//! 3.5.8-3.5.12 forget to answer at all for a new watch that matches no event, etcd#17507), so
-//! when a progress request stays unanswered for an interval the hub also sends a *canary*: a
-//! create for a watch from "now" and its cancel, which every version answers at once.
+//! life. If nothing at all arrives for [`SILENCE_LIMIT`], the stream is dead. etcd 3.4.25+,
+//! 3.5.8+ and 3.6+ answer a progress request only when every watch on the stream has caught
+//! up, and *drop* one that arrives while a watch replays history (`progressIfSync` in
+//! `watchable_store.go`: nothing is held back for later; 3.5.8-3.5.12 also forget to answer
+//! for a new watch that matches no event, etcd#17507). So every probe sends a new request,
+//! whatever became of the last one, and when requests stay unanswered for an interval the hub
+//! also sends a *canary*: a create for a watch from "now" and its cancel, which every version
+//! answers at once.
 //!
 //! # What a progress answer proves
 //!
@@ -26,8 +29,12 @@
 //! - a per-watch notification is reported to its watch (if it is news);
 //! - an answer to a progress request is reported only when the member's version is known to
 //!   order it after pending events ([`orders_progress`], asked once per stream with a Status
-//!   call), and only to watches whose `created` answer arrived before the request went out
-//!   (a watch created later may still owe events below R);
+//!   call), and only to watches whose `created` answer carries a revision below R. etcd
+//!   handles a stream's requests in order and stamps a `created` answer with the revision
+//!   read after registering the watch, so a watch created after the request was handled reads
+//!   at least R (it may still owe events below R); one created before was caught up at R.
+//!   Answers need no pairing with requests: several may be in flight, and a dropped one
+//!   leaves nothing behind;
 //! - otherwise it only proves the stream is alive.
 
 use std::time::Duration;
@@ -107,29 +114,15 @@ impl Liveness {
     }
 }
 
-/// What a probe should send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Probe {
-    /// A progress request (none is outstanding).
-    Progress,
-    /// A canary create + cancel: a progress request has been outstanding for an interval.
-    Canary,
-    /// Nothing: the outstanding request is still young.
-    Wait,
-}
-
-/// The progress requests of one stream: one outstanding at a time (newer etcd answers several
-/// held-back requests with one answer, so only one-at-a-time keeps answers and requests
-/// paired), and whether their answers prove anything.
+/// The progress requests of one stream: whether their answers prove anything, and since when
+/// they have gone unanswered (a canary's cue).
 #[derive(Debug, Default)]
 pub(crate) struct ProgressGate {
     /// Whether the member orders progress answers after pending events; `None` until its
     /// version is known (and treated as "no").
     ordered: Option<bool>,
-    /// Progress requests sent on this stream so far.
-    sent: u64,
-    /// The request awaiting its answer: its number and when it went out.
-    outstanding: Option<(u64, Instant)>,
+    /// When the oldest request that no answer has followed went out.
+    unanswered_since: Option<Instant>,
 }
 
 impl ProgressGate {
@@ -149,35 +142,24 @@ impl ProgressGate {
         self.ordered == Some(true)
     }
 
-    /// The stamp a watch gets when its `created` answer arrives: it is covered by the answers
-    /// to requests sent after now.
-    pub(crate) fn stamp(&self) -> u64 {
-        self.sent
-    }
-
-    /// What a probe at `now` should send.
-    pub(crate) fn probe(&self, now: Instant) -> Probe {
-        match self.outstanding {
-            None => Probe::Progress,
-            Some((_, at)) if now.saturating_duration_since(at) >= PROGRESS_INTERVAL => {
-                Probe::Canary
-            }
-            Some(_) => Probe::Wait,
-        }
-    }
-
     /// A progress request went out at `now`.
     pub(crate) fn sent(&mut self, now: Instant) {
-        self.sent += 1;
-        self.outstanding = Some((self.sent, now));
+        self.unanswered_since.get_or_insert(now);
     }
 
-    /// An answer to a progress request arrived. Returns the stamp bound of the watches it
-    /// proves something for (those whose stamp is below it), or `None` when it proves nothing:
-    /// the member may let it overtake events, or no request was outstanding.
-    pub(crate) fn answered(&mut self) -> Option<u64> {
-        let (number, _) = self.outstanding.take()?;
-        self.is_ordered().then_some(number)
+    /// Whether the probe at `now` also sends a canary: requests have gone unanswered for an
+    /// interval (dropped during a replay, or a member that no longer answers at all).
+    pub(crate) fn wants_canary(&self, now: Instant) -> bool {
+        self.unanswered_since
+            .is_some_and(|at| now.saturating_duration_since(at) >= PROGRESS_INTERVAL)
+    }
+
+    /// An answer to a progress request arrived at `revision`. Returns the revision it proves
+    /// for the watches whose `created` answer carried a revision below it, or `None` when it
+    /// proves nothing (the member may let it overtake events).
+    pub(crate) fn answered(&mut self, revision: i64) -> Option<i64> {
+        self.unanswered_since = None;
+        self.is_ordered().then_some(revision)
     }
 }
 
@@ -224,36 +206,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn one_progress_request_at_a_time_then_a_canary() {
+    async fn a_canary_once_requests_go_unanswered_for_an_interval() {
         let mut g = ProgressGate::default();
         let now = Instant::now();
-        assert_eq!(g.probe(now), Probe::Progress);
+        assert!(
+            !g.wants_canary(now + PROGRESS_INTERVAL),
+            "nothing asked yet"
+        );
         g.sent(now);
-        assert_eq!(g.probe(now), Probe::Wait);
-        assert_eq!(g.probe(now + PROGRESS_INTERVAL), Probe::Canary);
-        // Version unknown: the answer proves nothing, but frees the slot.
-        assert_eq!(g.answered(), None);
-        assert_eq!(g.probe(now), Probe::Progress);
-        // No request outstanding: a stray answer proves nothing either.
-        assert_eq!(g.answered(), None);
+        assert!(!g.wants_canary(now));
+        // A dropped request is followed by others; the oldest unanswered one counts.
+        g.sent(now + PROGRESS_INTERVAL / 2);
+        assert!(g.wants_canary(now + PROGRESS_INTERVAL));
+        // Version unknown: an answer proves nothing, but ends the wait.
+        assert_eq!(g.answered(7), None);
+        assert!(!g.wants_canary(now + PROGRESS_INTERVAL * 2));
     }
 
     #[test]
-    fn answers_cover_watches_created_before_the_request() {
+    fn only_an_ordering_members_answers_prove_a_revision() {
         let mut g = ProgressGate::default();
+        g.sent(Instant::now());
+        assert_eq!(g.answered(9), None, "version unknown");
         g.set_ordered(true);
-        let now = Instant::now();
-        let early = g.stamp();
-        g.sent(now);
-        let late = g.stamp();
-        let bound = g.answered().unwrap();
-        assert!(early < bound, "created before the request: covered");
-        assert!(
-            late >= bound,
-            "created after the request went out: not covered"
-        );
+        assert_eq!(g.answered(9), Some(9), "no pairing with a request needed");
         g.set_ordered(false);
-        g.sent(now);
-        assert_eq!(g.answered(), None);
+        assert_eq!(g.answered(10), None);
     }
 }
