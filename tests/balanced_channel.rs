@@ -1,6 +1,7 @@
 //! The balancer as a tower `Service` under etcd's generated clients, against a real 3-member
-//! cluster: requests are routed by RPC (writes to the leader, watches anywhere), and a leader
-//! kill moves them to the new leader with a handful of errors at most.
+//! cluster: requests are routed by RPC (writes to the leader, watches anywhere), a leader
+//! kill moves them to the new leader with a handful of errors at most, and a frozen leader
+//! costs one deadline.
 
 mod support;
 
@@ -270,4 +271,55 @@ async fn a_connection_lost_mid_call_is_unavailable_and_maybe_applied() {
     );
     // The cause is still there for callers that look.
     assert!(std::error::Error::source(&status).is_some(), "{status:?}");
+}
+
+/// A frozen leader (SIGSTOP) costs a generated client over the channel one deadline, as it
+/// costs the typed API: the probes' reads left unanswered there show the leader stalled, so
+/// the next call waits for the next leader instead of being sent to the frozen one as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_costs_one_deadline() {
+    let cluster = support::cluster3_in_memory().await;
+    let client = support::client(&cluster).await;
+    until(Duration::from_secs(10), "the leader is known", || {
+        client.endpoints().iter().any(|e| e.is_leader)
+    })
+    .await;
+    let channel = tower::ServiceBuilder::new()
+        .timeout(CALL_DEADLINE)
+        .service(client.balanced_channel());
+    let mut kv = KvClient::new(channel);
+    let key = support::unique("balanced-freeze");
+    for i in 0..20 {
+        kv.put(put(&key, i.to_string().into_bytes())).await.unwrap();
+    }
+
+    let leader = cluster.leader(support::READY).await.unwrap();
+    cluster.stop(leader);
+    let frozen = Instant::now();
+    let mut errors = Vec::new();
+    let mut n = 0u64;
+    let outcome = loop {
+        n += 1;
+        let started = Instant::now();
+        match kv.put(put(&key, format!("after-{n}").into_bytes())).await {
+            Ok(_) => break Ok(frozen.elapsed()),
+            Err(status) => errors.push((status.message().to_owned(), started.elapsed())),
+        }
+        if frozen.elapsed() > RECOVERY_BOUND {
+            break Err(());
+        }
+        tokio::time::sleep(CALLER_BACKOFF).await;
+    };
+    cluster.cont(leader);
+    let summary: Vec<_> = errors.iter().map(|(m, t)| (m, t.as_millis())).collect();
+    println!("MEASURE frozen leader: first put after {outcome:?}, errors {summary:?}");
+    assert!(
+        outcome.is_ok(),
+        "no put within {RECOVERY_BOUND:?}: {summary:?}"
+    );
+    let hung = errors
+        .iter()
+        .filter(|(m, _)| m.contains("request timed out"))
+        .count();
+    assert!(hung <= 1, "{hung} calls ran into the deadline: {summary:?}");
 }
