@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 use super::{TestkitError, spawner};
 
@@ -164,6 +165,12 @@ impl Member {
     pub(crate) fn stop(&self) {
         if self.signal(libc::SIGSTOP) {
             self.stopped.store(true, Ordering::SeqCst);
+            // kill(2) returns once the signal is sent, not once every thread has stopped: on a
+            // busy box the member could still answer a request made right after (the testkit
+            // test of a frozen member saw a Status answered). Wait for the whole group stop.
+            if let Some(pid) = self.pid() {
+                wait_stopped(pid, STOP_WAIT);
+            }
         }
     }
 
@@ -234,6 +241,35 @@ impl Member {
     fn child(&self) -> MutexGuard<'_, Option<Child>> {
         self.child.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The longest [`Member::stop`] waits for the process's threads to stop.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// Wait until every thread of process `pid` is stopped (state `T` in `/proc`), at most `limit`;
+/// also returns when the process is gone or `/proc` cannot tell.
+fn wait_stopped(pid: u32, limit: Duration) {
+    let until = std::time::Instant::now() + limit;
+    let tasks = format!("/proc/{pid}/task");
+    while std::time::Instant::now() < until {
+        let Ok(entries) = std::fs::read_dir(&tasks) else {
+            return;
+        };
+        let all_stopped = entries.flatten().all(|task| {
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    // Stopped, or a thread already gone.
+                    .is_some_and(|state| matches!(state, "T" | "t" | "Z" | "X"))
+            })
+        });
+        if all_stopped {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    tracing::warn!(pid, ?limit, "the member's threads did not all stop in time");
 }
 
 impl Drop for Member {
