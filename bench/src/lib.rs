@@ -76,6 +76,7 @@ pub mod process;
 pub mod progress;
 pub mod report;
 pub mod retry;
+pub mod scale_plot;
 pub mod scenario;
 pub mod server;
 pub mod site;

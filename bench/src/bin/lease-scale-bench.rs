@@ -38,6 +38,7 @@ use etcd_ha_bench::goclient::{self, Driver};
 use etcd_ha_bench::golease::GoLeases;
 use etcd_ha_bench::keepalive_limit::{self, Rate};
 use etcd_ha_bench::process::{cpu_time, status_kb};
+use etcd_ha_bench::scale_plot::{Panel, Series, curves};
 use futures_util::StreamExt;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
@@ -81,6 +82,10 @@ struct Args {
     /// The etcd release of the local clusters (default: ETCD_BIN, else 3.6's latest).
     #[arg(long)]
     etcd_version: Option<String>,
+    /// Where the curves go (SVG): CPU and memory per lease against the number of leases, a
+    /// line per client.
+    #[arg(long, default_value = "target/lease-scale-bench/lease-scale.svg")]
+    svg: std::path::PathBuf,
 }
 
 /// A client measured.
@@ -783,6 +788,48 @@ async fn run(args: Args) {
             row.server_sample.1
         );
     }
+    let caption = format!("Leases kept by one client, TTL {} s ({version})", args.ttl);
+    match plot(&args.svg, &caption, &rows) {
+        Ok(()) => println!("curves: {}", args.svg.display()),
+        Err(e) => println!("curves not drawn: {e}"),
+    }
+}
+
+/// The curves of `rows` into `path`: CPU per renewal (with and, where measured, without the
+/// client's background) and memory per lease, a line per client.
+fn plot(
+    path: &std::path::Path,
+    caption: &str,
+    rows: &[Row],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut clients: Vec<Who> = Vec::new();
+    for row in rows {
+        if !clients.contains(&row.who) {
+            clients.push(row.who);
+        }
+    }
+    let line = |who: Who, figure: fn(&Row) -> f64| {
+        rows.iter()
+            .filter(|r| r.who == who)
+            .map(|r| (r.count as f64, figure(r)))
+            .collect::<Vec<_>>()
+    };
+    let mut cpu = Panel::new("CPU per renewal, no fault", "us");
+    let mut memory = Panel::new("Memory per lease", "KiB");
+    for &who in &clients {
+        let name = format!("{who:?}");
+        cpu = cpu
+            .with(Series::new(
+                name.clone(),
+                line(who, |r| r.cpu_per_renewal_us),
+            ))
+            .with(Series::new(
+                format!("{name}, less its background"),
+                line(who, |r| r.net_cpu_per_renewal_us),
+            ));
+        memory = memory.with(Series::new(name, line(who, |r| r.kib_per_lease)));
+    }
+    curves(path, caption, "leases", &[cpu, memory])
 }
 
 /// Microseconds with one decimal, or "-" for no figure.

@@ -38,6 +38,7 @@ use clap::{Parser, ValueEnum};
 use etcd_ha::testkit::Cluster;
 use etcd_ha::{Client, Options, PutOptions, WatchBatch, WatchOptions, WatchStream};
 use etcd_ha_bench::process::{status_kb, threads_cpu_time};
+use etcd_ha_bench::scale_plot::{Panel, Series, curves};
 use etcd_ha_bench::watch_limit::{self, Pace, Resume, ResumeFrom, quantile};
 use futures_util::StreamExt;
 use tokio::time::{Instant, sleep};
@@ -64,6 +65,10 @@ struct Args {
     /// The etcd release of the local clusters (default: ETCD_BIN, else 3.6's latest).
     #[arg(long)]
     etcd_version: Option<String>,
+    /// Where the curves go (SVG): CPU and memory per watch, and the resume after each fault,
+    /// against the number of watches.
+    #[arg(long, default_value = "target/watch-scale-bench/watch-scale.svg")]
+    svg: std::path::PathBuf,
 }
 
 /// A fault of a round.
@@ -432,11 +437,78 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
 
 /// CPU per event, unless the round's CPU is too small for the clock that counts it.
 fn per_event(cpu: Duration, events: usize) -> String {
-    if cpu < Duration::from_millis(100) {
-        return format!("{} ms in all, too few 10 ms ticks to divide", ms(cpu));
+    match per_event_us(cpu, events) {
+        Some(us) => format!("{us:.1} us"),
+        None => format!("{} ms in all, too few 10 ms ticks to divide", ms(cpu)),
     }
-    format!("{:.1} us", cpu.as_secs_f64() * 1e6 / events.max(1) as f64)
 }
+
+/// CPU per event in microseconds, when the round's CPU is enough ticks of the clock to divide.
+fn per_event_us(cpu: Duration, events: usize) -> Option<f64> {
+    (cpu >= Duration::from_millis(100)).then(|| cpu.as_secs_f64() * 1e6 / events.max(1) as f64)
+}
+
+/// The curves of `rows` into `path`: CPU and memory per watch, and the p99 delay from a put to
+/// its watch's event in each round with a fault, next to the bare stream's resumes.
+fn plot(
+    path: &std::path::Path,
+    version: &str,
+    rows: &[Row],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let x = |row: &Row| row.count as f64;
+    let cost = Panel::new("CPU per event, no fault", "us").with(Series::new(
+        "etcd-ha",
+        rows.iter()
+            .filter_map(|r| per_event_us(r.round_cpu, r.count).map(|us| (x(r), us)))
+            .collect(),
+    ));
+    let memory = Panel::new("Memory per watch", "KiB").with(Series::new(
+        "etcd-ha",
+        rows.iter().map(|r| (x(r), r.kib_per_watch)).collect(),
+    ));
+    let mut resume = Panel::new("p99 delay from put to event", "ms");
+    let names: Vec<&str> = rows
+        .first()
+        .map(|r| r.rounds.iter().map(|r| r.name.as_str()).collect())
+        .unwrap_or_default();
+    for name in names.iter().filter(|n| **n != "unwatched") {
+        let points = rows
+            .iter()
+            .filter_map(|r| {
+                r.rounds
+                    .iter()
+                    .find(|round| round.name == *name)
+                    .map(|round| (x(r), round.delays[1].as_secs_f64() * 1e3))
+            })
+            .collect();
+        resume = resume.with(Series::new(format!("etcd-ha, {name}"), points));
+    }
+    for (i, from) in BARE_FROM.iter().enumerate() {
+        let points = rows
+            .iter()
+            .filter_map(|r| {
+                r.bare_resume[i]
+                    .as_ref()
+                    .ok()
+                    .map(|b| (x(r), b.delays[1].as_secs_f64() * 1e3))
+            })
+            .collect();
+        resume = resume.with(Series::new(format!("bare stream, from {from}"), points));
+    }
+    curves(
+        path,
+        &format!("Managed watches on one client ({version})"),
+        "watches",
+        &[cost, memory, resume],
+    )
+}
+
+/// Where the bare resumes start, in the order of `Row::bare_resume`.
+const BARE_FROM: [&str; 3] = [
+    "the revision before the puts",
+    "one revision a round back",
+    "each one's last event",
+];
 
 fn ms(d: Duration) -> String {
     format!("{:.0}", d.as_secs_f64() * 1000.0)
@@ -482,12 +554,7 @@ async fn run(args: Args) {
         "watches", "from", "last event (ms)", "median (ms)", "p99 (ms)", "max (ms)"
     );
     for row in &rows {
-        let from = [
-            "the revision before the puts",
-            "one revision a round back",
-            "each one's last event",
-        ];
-        for (from, resume) in from.iter().zip(&row.bare_resume) {
+        for (from, resume) in BARE_FROM.iter().zip(&row.bare_resume) {
             match resume {
                 Ok(r) => println!(
                     "{:>8} {:<28} {:>16} {:>11} {:>9} {:>9}",
@@ -554,6 +621,10 @@ async fn run(args: Args) {
          the last put)",
         args.patience_secs
     );
+    match plot(&args.svg, &version, &rows) {
+        Ok(()) => println!("curves: {}", args.svg.display()),
+        Err(e) => println!("curves not drawn: {e}"),
+    }
 }
 
 fn main() {
