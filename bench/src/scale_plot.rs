@@ -97,13 +97,44 @@ pub fn curves(
         std::fs::create_dir_all(dir)?;
     }
     let width = 460 * panels.len() as u32;
-    let root = SVGBackend::new(path, (width, 480)).into_drawing_area();
+    // Room under the charts for the longest legend: a line per series.
+    let lines = panels.iter().map(|p| p.series.len()).max().unwrap_or(0) as u32;
+    let legend = LEGEND_LINE * lines + 10;
+    let root = SVGBackend::new(path, (width, 440 + legend)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(caption, ("sans-serif", 22))?;
     for (area, panel) in root.split_evenly((1, panels.len())).iter().zip(panels) {
-        draw(area, panel, items)?;
+        let (chart, below) = area.split_vertically(area.dim_in_pixel().1 - legend);
+        draw(&chart, panel, items)?;
+        draw_legend(&below, panel)?;
     }
     root.present()?;
+    Ok(())
+}
+
+/// Pixels a legend line takes.
+const LEGEND_LINE: u32 = 18;
+
+/// The panel's legend under its chart, a line per series (on the chart it would hide points).
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    panel: &Panel,
+) -> Result<(), Box<dyn Error>>
+where
+    DB::ErrorType: 'static,
+{
+    for (i, (series, color)) in panel.series.iter().zip(COLORS.iter().cycle()).enumerate() {
+        let y = 6 + (i as u32 * LEGEND_LINE) as i32 + LEGEND_LINE as i32 / 2;
+        area.draw(&PathElement::new(
+            vec![(70, y), (92, y)],
+            color.stroke_width(2),
+        ))?;
+        area.draw(&Text::new(
+            series.name.clone(),
+            (98, y - 7),
+            ("sans-serif", 13),
+        ))?;
+    }
     Ok(())
 }
 
@@ -159,16 +190,10 @@ where
         })
         .draw()?;
     for (series, color) in panel.series.iter().zip(COLORS.iter().cycle()) {
-        let color = *color;
-        chart
-            .draw_series(LineSeries::new(
-                series.points.iter().copied(),
-                color.stroke_width(2),
-            ))?
-            .label(series.name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+        chart.draw_series(LineSeries::new(
+            series.points.iter().copied(),
+            color.stroke_width(2),
+        ))?;
         chart.draw_series(
             series
                 .points
@@ -176,13 +201,6 @@ where
                 .map(|&p| Circle::new(p, 3, color.filled())),
         )?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 13))
-        .draw()?;
     Ok(())
 }
 

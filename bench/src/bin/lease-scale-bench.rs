@@ -817,7 +817,9 @@ fn plot(
     let mut cpu = Panel::new("CPU per renewal, no fault", "us");
     let mut memory = Panel::new("Memory per lease", "KiB");
     for &who in &clients {
-        let name = format!("{who:?}");
+        let name = who
+            .to_possible_value()
+            .map_or_else(|| format!("{who:?}"), |v| v.get_name().to_owned());
         cpu = cpu
             .with(Series::new(
                 name.clone(),
