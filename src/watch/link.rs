@@ -458,28 +458,18 @@ impl HubTask {
             .collect();
         // Oldest watches first, as they were created.
         moved.sort_unstable();
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            // How deep in the history the resume starts: etcd catches resumed watches up 512
-            // at a time, each pass reading from the oldest start among them to its head.
-            let starts = moved
-                .iter()
-                .filter_map(|k| self.entries.get(k))
-                .map(|e| e.cursor.resume_from());
-            let (oldest, newest) = starts.fold((i64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
-            tracing::debug!(
-                watches = moved.len(),
-                oldest_start = oldest,
-                newest_start = newest,
-                seen = *self.revisions.borrow(),
-                "watches to resume on the next stream"
-            );
-        }
+        // How deep in the history the resume starts: etcd catches resumed watches up 512 at a
+        // time, each pass reading from the oldest start among them to its head.
+        let (count, mut oldest) = (moved.len(), i64::MAX);
         for key in moved {
             if let Some(entry) = self.entries.get_mut(&key) {
                 entry.cursor.stream_lost();
+                oldest = oldest.min(entry.cursor.resume_from());
             }
             self.enqueue(key);
         }
+        let seen = *self.revisions.borrow();
+        tracing::debug!(count, oldest, seen, "watches to resume on the next stream");
         reopen
     }
 }
