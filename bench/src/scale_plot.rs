@@ -103,9 +103,15 @@ pub fn curves(
     let root = SVGBackend::new(path, (width, 440 + legend)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(caption, ("sans-serif", 22))?;
+    // One x range for every panel, so that counts line up across them.
+    let x = bounds(
+        panels
+            .iter()
+            .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|p| p.0))),
+    );
     for (area, panel) in root.split_evenly((1, panels.len())).iter().zip(panels) {
         let (chart, below) = area.split_vertically(area.dim_in_pixel().1 - legend);
-        draw(&chart, panel, items)?;
+        draw(&chart, panel, items, x)?;
         draw_legend(&below, panel)?;
     }
     root.present()?;
@@ -157,12 +163,16 @@ fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     panel: &Panel,
     items: &str,
+    x: Option<(f64, f64)>,
 ) -> Result<(), Box<dyn Error>>
 where
     DB::ErrorType: 'static,
 {
-    let points = || panel.series.iter().flat_map(|s| s.points.iter());
-    let (Some(x), Some(y)) = (bounds(points().map(|p| p.0)), bounds(points().map(|p| p.1))) else {
+    let values = panel
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1));
+    let (Some(x), Some(y)) = (x, bounds(values)) else {
         area.draw(&Text::new(
             format!("{}: no figure", panel.title),
             (20, 40),
@@ -181,12 +191,11 @@ where
         .x_desc(items)
         .y_desc(&panel.unit)
         .x_label_formatter(&|v| format!("{v:.0}"))
-        .y_label_formatter(&|v| {
-            if *v >= 10.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.2}")
-            }
+        .y_labels(12)
+        .y_label_formatter(&|v| match *v {
+            v if v >= 9.95 => format!("{v:.0}"),
+            v if v >= 0.995 => format!("{v:.1}"),
+            v => format!("{v:.2}"),
         })
         .draw()?;
     for (series, color) in panel.series.iter().zip(COLORS.iter().cycle()) {

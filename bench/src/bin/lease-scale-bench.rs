@@ -788,7 +788,11 @@ async fn run(args: Args) {
             row.server_sample.1
         );
     }
-    let caption = format!("Leases kept by one client, TTL {} s ({version})", args.ttl);
+    let caption = format!(
+        "Leases kept by one client, TTL {} s ({})",
+        args.ttl,
+        version.replace("Version: ", "")
+    );
     match plot(&args.svg, &caption, &rows) {
         Ok(()) => println!("curves: {}", args.svg.display()),
         Err(e) => println!("curves not drawn: {e}"),

@@ -385,6 +385,11 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
 
     for &fault in &args.faults {
         let member = stream_member(&client, &cluster).await;
+        // The leader of now: a kill in an earlier round may have moved it.
+        let leader = cluster
+            .leader(Duration::from_secs(30))
+            .await
+            .unwrap_or(leader);
         let role = if member == leader {
             "leader"
         } else {
@@ -471,14 +476,24 @@ fn plot(
         .first()
         .map(|r| r.rounds.iter().map(|r| r.name.as_str()).collect())
         .unwrap_or_default();
-    for name in names.iter().filter(|n| **n != "unwatched") {
+    // A round's name ends with the member's role, which may differ from count to count.
+    let fault = |name: &str| name.split(" (").next().unwrap_or(name).to_owned();
+    let mut faults: Vec<String> = Vec::new();
+    for name in names
+        .iter()
+        .filter(|n| **n != "unwatched")
+        .map(|n| fault(n))
+    {
+        if !faults.contains(&name) {
+            faults.push(name);
+        }
+    }
+    for name in &faults {
         let points = rows
             .iter()
             .filter_map(|r| {
-                r.rounds
-                    .iter()
-                    .find(|round| round.name == *name)
-                    .map(|round| (x(r), round.delays[1].as_secs_f64() * 1e3))
+                let round = r.rounds.iter().find(|round| fault(&round.name) == *name)?;
+                Some((x(r), round.delays[1].as_secs_f64() * 1e3))
             })
             .collect();
         resume = resume.with(Series::new(format!("etcd-ha, {name}"), points));
@@ -495,12 +510,11 @@ fn plot(
             .collect();
         resume = resume.with(Series::new(format!("bare stream, from {from}"), points));
     }
-    curves(
-        path,
-        &format!("Managed watches on one client ({version})"),
-        "watches",
-        &[cost, memory, resume],
-    )
+    let caption = format!(
+        "Managed watches on one client ({})",
+        version.replace("Version: ", "")
+    );
+    curves(path, &caption, "watches", &[cost, memory, resume])
 }
 
 /// Where the bare resumes start, in the order of `Row::bare_resume`.
