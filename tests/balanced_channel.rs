@@ -137,10 +137,9 @@ async fn generated_clients_are_routed_by_rpc() {
     drop(tx);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_kill_moves_generated_clients_to_the_new_leader() {
-    let mut cluster = support::cluster3().await;
-    let client = support::client(&cluster).await;
+/// A generated KV client over `client`'s channel with [`CALL_DEADLINE`] as a tower layer, once
+/// the leader is known and 20 puts to a key of its own (named after `name`) went through.
+async fn warmed_up(client: &Client, name: &str) -> (KvClient<Deadlined>, String) {
     until(Duration::from_secs(10), "the leader is known", || {
         client.endpoints().iter().any(|e| e.is_leader)
     })
@@ -149,10 +148,21 @@ async fn leader_kill_moves_generated_clients_to_the_new_leader() {
         .timeout(CALL_DEADLINE)
         .service(client.balanced_channel());
     let mut kv = KvClient::new(channel);
-    let key = support::unique("balanced-kill");
+    let key = support::unique(name);
     for i in 0..20 {
         kv.put(put(&key, i.to_string().into_bytes())).await.unwrap();
     }
+    (kv, key)
+}
+
+/// The balanced channel under a per-call deadline.
+type Deadlined = tower::timeout::Timeout<etcd_ha::BalancedChannel>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kill_moves_generated_clients_to_the_new_leader() {
+    let mut cluster = support::cluster3().await;
+    let client = support::client(&cluster).await;
+    let (mut kv, key) = warmed_up(&client, "balanced-kill").await;
 
     let leader = cluster.leader(support::READY).await.unwrap();
     cluster.kill(leader);
@@ -280,18 +290,7 @@ async fn a_connection_lost_mid_call_is_unavailable_and_maybe_applied() {
 async fn a_frozen_leader_costs_one_deadline() {
     let cluster = support::cluster3_in_memory().await;
     let client = support::client(&cluster).await;
-    until(Duration::from_secs(10), "the leader is known", || {
-        client.endpoints().iter().any(|e| e.is_leader)
-    })
-    .await;
-    let channel = tower::ServiceBuilder::new()
-        .timeout(CALL_DEADLINE)
-        .service(client.balanced_channel());
-    let mut kv = KvClient::new(channel);
-    let key = support::unique("balanced-freeze");
-    for i in 0..20 {
-        kv.put(put(&key, i.to_string().into_bytes())).await.unwrap();
-    }
+    let (mut kv, key) = warmed_up(&client, "balanced-freeze").await;
 
     let leader = cluster.leader(support::READY).await.unwrap();
     cluster.stop(leader);
