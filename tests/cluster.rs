@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use etcd_ha::proto::etcdserverpb::Member;
 use etcd_ha::testkit::{Cluster, FaultProxy};
-use etcd_ha::{Client, Error, Options, PutOptions};
+use etcd_ha::{Client, Error, Options, PutOptions, ServerVersion};
 use support::members::{ExtraMember, free_port, peer_url, settled};
 
 /// A learner that was just started needs a moment to catch up with the leader before etcd lets
@@ -28,13 +28,33 @@ async fn ids(cluster: &Cluster) -> Vec<u64> {
     ids
 }
 
-async fn members(client: &Client) -> Vec<Member> {
-    client
-        .cluster()
-        .member_list_linearizable()
-        .await
-        .expect("member list")
-        .members
+/// The member list once it shows a change just made (`applied` says whether it does). etcd
+/// 3.5+ reads it through the leader (`linearizable`), so the first answer must show it; 3.4
+/// has no such flag and answers from the member's own view, which applies a change committed
+/// through another member a moment later: there the list is asked again for up to 5 s. The
+/// caller's assertions judge the list returned.
+async fn members(
+    cluster: &Cluster,
+    client: &Client,
+    applied: impl Fn(&[Member]) -> bool,
+) -> Vec<Member> {
+    let linearizable = cluster
+        .etcd_version()
+        .parse::<ServerVersion>()
+        .is_ok_and(|v| v >= ServerVersion::new(3, 5, 0));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let listed = client
+            .cluster()
+            .member_list_linearizable()
+            .await
+            .expect("member list")
+            .members;
+        if linearizable || applied(&listed) || tokio::time::Instant::now() >= deadline {
+            return listed;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn find(members: &[Member], id: u64) -> Option<&Member> {
@@ -142,7 +162,7 @@ async fn unstarted_learner_is_listed_updated_refused_promotion_and_removed() {
     let id = learner.id;
 
     // Never started: etcd knows only its peer URL, no name and no client URL yet.
-    let listed = members(&client).await;
+    let listed = members(&cluster, &client, |l| find(l, id).is_some()).await;
     assert_eq!(listed.len(), 4);
     let m = find(&listed, id).expect("the learner is listed");
     assert!(m.is_learner);
@@ -176,7 +196,10 @@ async fn unstarted_learner_is_listed_updated_refused_promotion_and_removed() {
     let second_url = peer_url();
     let updated = api.member_update(id, [second_url.clone()]).await.unwrap();
     assert!(updated.header.is_some());
-    let listed = members(&client).await;
+    let listed = members(&cluster, &client, |l| {
+        find(l, id).is_some_and(|m| m.peer_ur_ls == [second_url.clone()])
+    })
+    .await;
     let m = find(&listed, id).expect("the learner is still listed");
     assert_eq!(m.peer_ur_ls, vec![second_url]);
     // Not asserted: m.is_learner. etcd up to at least 3.5.1 and 3.4.23 drops the learner flag
@@ -186,7 +209,7 @@ async fn unstarted_learner_is_listed_updated_refused_promotion_and_removed() {
     let removed = api.member_remove(id).await.unwrap();
     assert_eq!(removed.members.len(), 3);
     assert!(find(&removed.members, id).is_none());
-    let listed = members(&client).await;
+    let listed = members(&cluster, &client, |l| find(l, id).is_none()).await;
     assert_eq!(listed.len(), 3);
     assert!(find(&listed, id).is_none());
 
@@ -218,7 +241,7 @@ async fn voter_added_to_three_members_and_removed_keeps_quorum() {
     assert_eq!(voter.peer_ur_ls, vec![url]);
     assert_eq!(added.members.len(), 4);
 
-    let listed = members(&client).await;
+    let listed = members(&cluster, &client, |l| find(l, voter.id).is_some()).await;
     assert_eq!(listed.iter().filter(|m| !m.is_learner).count(), 4);
 
     // Writes still commit with 3 of 4 voters.
@@ -232,7 +255,7 @@ async fn voter_added_to_three_members_and_removed_keeps_quorum() {
 
     let removed = api.member_remove(voter.id).await.unwrap();
     assert_eq!(removed.members.len(), 3);
-    let listed = members(&client).await;
+    let listed = members(&cluster, &client, |l| find(l, voter.id).is_none()).await;
     let mut listed_ids: Vec<u64> = listed.iter().map(|m| m.id).collect();
     let mut original = ids(&cluster).await;
     listed_ids.sort_unstable();
@@ -315,7 +338,10 @@ async fn started_learner_catches_up_and_is_promoted() {
     assert!(!m.is_learner);
 
     // Started, it has published its name and client URL, and serves as a voter.
-    let listed = members(&client).await;
+    let listed = members(&cluster, &client, |l| {
+        find(l, id).is_some_and(|m| !m.is_learner && !m.client_ur_ls.is_empty())
+    })
+    .await;
     assert_eq!(listed.len(), 4);
     let m = find(&listed, id).unwrap();
     assert_eq!(m.name, "m3");
@@ -330,5 +356,10 @@ async fn started_learner_catches_up_and_is_promoted() {
     drop(direct);
     api.member_remove(id).await.unwrap();
     drop(extra);
-    assert_eq!(members(&client).await.len(), 3);
+    assert_eq!(
+        members(&cluster, &client, |l| find(l, id).is_none())
+            .await
+            .len(),
+        3
+    );
 }

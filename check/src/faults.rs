@@ -140,12 +140,14 @@ pub(crate) struct Target<'a> {
     pub auth: Option<(String, String)>,
 }
 
-/// Inject random faults drawn from `allowed` for `duration`; the log of what was done.
+/// Inject random faults drawn from `allowed` for `duration`, and on until at least
+/// `min_faults` were; the log of what was done.
 pub(crate) async fn run(
     target: &mut Target<'_>,
     rng: &mut fastrand::Rng,
     allowed: &[Fault],
     duration: Duration,
+    min_faults: usize,
 ) -> Vec<FaultLog> {
     let until = tokio::time::Instant::now() + duration;
     let mut log = Vec::new();
@@ -161,7 +163,7 @@ pub(crate) async fn run(
         // A run without faults (ROBUSTNESS_FAULTS empty): the workload alone, as long.
         tokio::time::sleep_until(until).await;
     }
-    while tokio::time::Instant::now() < until && !allowed.is_empty() {
+    while (tokio::time::Instant::now() < until || log.len() < min_faults) && !allowed.is_empty() {
         let fault = allowed[rng.usize(..allowed.len())];
         let hold = Duration::from_millis(rng.u64(300..2_000));
         let start = target.recorder.now();

@@ -29,6 +29,7 @@ pub struct HarnessConfig {
     seed: u64,
     auth: bool,
     faults: Vec<Fault>,
+    min_faults: usize,
 }
 
 impl HarnessConfig {
@@ -43,6 +44,7 @@ impl HarnessConfig {
             seed,
             auth: false,
             faults: Fault::ALL.to_vec(),
+            min_faults: 0,
         }
     }
 
@@ -65,6 +67,19 @@ impl HarnessConfig {
     /// ```
     pub fn with_faults(mut self, faults: Vec<Fault>) -> HarnessConfig {
         self.faults = faults;
+        self
+    }
+
+    /// Inject at least `count` faults, past the run's duration if need be. A run aimed at one
+    /// kind of bug (a planted one the suite must catch) needs a given number of chances
+    /// whatever the machine's speed: on a slow machine the waits for the cluster to be ready
+    /// again leave room for fewer faults in the same time.
+    ///
+    /// ```
+    /// let config = etcd_ha_check::HarnessConfig::new(1).with_min_faults(4);
+    /// ```
+    pub fn with_min_faults(mut self, count: usize) -> HarnessConfig {
+        self.min_faults = count;
         self
     }
 
@@ -326,7 +341,8 @@ impl Harness {
         &self.cluster
     }
 
-    /// Inject faults drawn from the seed for `duration`, each healed before the next; then
+    /// Inject faults drawn from the seed for `duration` (and on until the configured minimum
+    /// count, [`HarnessConfig::with_min_faults`]), each healed before the next; then
     /// heal everything, wait for a ready cluster and a second of calm, so the workload's last
     /// operations see a healthy cluster. The log of what was done.
     ///
@@ -350,7 +366,14 @@ impl Harness {
                 recorder: &self.recorder,
                 auth,
             };
-            faults::run(&mut target, &mut self.rng, &self.config.faults, duration).await
+            faults::run(
+                &mut target,
+                &mut self.rng,
+                &self.config.faults,
+                duration,
+                self.config.min_faults,
+            )
+            .await
         };
         faults::heal_all(&mut self.cluster, &self.proxies).await;
         let _ = self.cluster.wait_ready(Duration::from_secs(30)).await;

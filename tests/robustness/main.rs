@@ -4,8 +4,9 @@
 //!
 //! The CI tier runs `ROBUSTNESS_SEEDS` seeds (default 10) of `ROBUSTNESS_DURATION_MS` of
 //! faults each (default 8000), from `ROBUSTNESS_FIRST_SEED` (default: drawn at random and
-//! printed). `scripts/robustness --seeds N` runs the extended tier; `scripts/robustness
-//! --seed S` reruns one seed. A failing seed leaves its history in
+//! printed), with at least `ROBUSTNESS_MIN_FAULTS` faults a seed (default none).
+//! `scripts/robustness --seeds N` runs the extended tier; `scripts/robustness --seed S` reruns
+//! one seed. A failing seed leaves its history in
 //! `target/robustness/seed-<S>.json`.
 
 #[path = "../support/mod.rs"]
@@ -47,12 +48,20 @@ const SEARCH_BUDGET: Duration = Duration::from_secs(60);
 async fn seeded_faults_keep_every_guarantee() {
     support::init_tracing();
     let duration = Duration::from_millis(env_u64("ROBUSTNESS_DURATION_MS").unwrap_or(8_000));
+    // A mutant's run (scripts/robustness --mutants) asks for a number of faults whatever the
+    // machine's speed: a slow machine fits fewer in the duration, and each is a chance for
+    // the planted bug to show.
+    let min_faults = env_u64("ROBUSTNESS_MIN_FAULTS").unwrap_or(0) as usize;
     let seeds = seeds();
     let requested = seeds.len();
     println!("robustness: seeds {seeds:?}, {duration:?} of faults each");
     let mut totals = Totals::default();
     for seed in seeds {
-        let config = Config { seed, duration };
+        let config = Config {
+            seed,
+            duration,
+            min_faults,
+        };
         let started = std::time::Instant::now();
         let history = match run::run(config).await {
             Ok(history) => history,

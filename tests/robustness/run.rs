@@ -18,6 +18,8 @@ pub struct Config {
     pub seed: u64,
     /// How long faults are injected under the workload.
     pub duration: Duration,
+    /// How many faults are injected at least, past `duration` if need be.
+    pub min_faults: usize,
 }
 
 impl Config {
@@ -50,7 +52,8 @@ pub async fn run(config: Config) -> Result<History, HarnessError> {
     let setup = |what: &str, e: etcd_ha::Error| HarnessError::Setup(format!("{what}: {e}"));
     let harness_config = HarnessConfig::new(config.seed)
         .with_auth(config.auth())
-        .with_faults(faults_from_env());
+        .with_faults(faults_from_env())
+        .with_min_faults(config.min_faults);
     let mut harness = Harness::start(harness_config).await?;
     let prefix = harness.prefix().to_owned();
     let mut clients = Vec::new();
