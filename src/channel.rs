@@ -21,8 +21,8 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tower::{BoxError, Service, ServiceExt};
 
+use crate::call::attempt::{self, Sent};
 use crate::call::{Target, Transport, wants_login};
-use crate::endpoint::InFlight;
 use crate::error::Error;
 use crate::error::never_sent;
 use crate::rpc::{Route, Rpc};
@@ -140,11 +140,15 @@ async fn route(
     }
     .map_err(|e| Status::unavailable(e.to_string()))?;
 
-    // A prompt call still waiting past the attempt timeout counts against the member (the
-    // client's own timer); a caller that gives up earlier, or drops the call, blames nobody.
+    // The same bookkeeping as a typed call's attempt (`call/attempt.rs`): counted in flight, a
+    // debt on the member while a prompt leader-bound call is unanswered (so that the next one
+    // sees a frozen leader at once, even when this caller's own timeout drops this call), and
+    // a prompt call still waiting past the attempt timeout counts against the member when its
+    // streams are silent too. A caller that gives up earlier, or drops the call, blames nobody.
     let prompt = rpc.is_some_and(|r| !r.holds_open());
-    let started = Instant::now();
-    let counted = InFlight::start(&ep);
+    let owes = rpc.is_some_and(|r| attempt::owes(r.route(), prompt));
+    let sent = Sent::start(&ep, owes, Instant::now());
+    let started = sent.started();
     let call = ep.channel.clone().oneshot(request);
     tokio::pin!(call);
     let late = tokio::time::sleep(transport.options.attempt_timeout);
@@ -155,9 +159,11 @@ async fn route(
             result = &mut call => break result,
             () = &mut late, if !struck => struck = true,
         }
-        transport.learn(&ep, &Error::Timeout);
+        if attempt::silent(&ep, started, Instant::now()) {
+            transport.learn(&ep, &Error::Timeout);
+        }
     };
-    drop(counted);
+    drop(sent);
 
     let response = match result {
         Ok(response) => response,
@@ -198,8 +204,14 @@ async fn route(
     // headers. A status in the trailers of a streamed answer is the caller's to read.
     match Status::from_header_map(response.headers()) {
         Some(status) if status.code() != Code::Ok => {
-            let err = Error::from_status(status, &ep.url);
-            transport.learn(&ep, &err);
+            let err = match rpc {
+                Some(rpc) => transport.refused(&ep, rpc, status).0,
+                None => {
+                    let err = Error::from_status(status, &ep.url);
+                    transport.learn(&ep, &err);
+                    err
+                }
+            };
             if wants_login(&err, sent_token) {
                 // This call has failed; the next one goes out with a fresh token.
                 if let Err(renew) = transport.renew_token(generation, Some(&ep)).await {
@@ -208,8 +220,11 @@ async fn route(
             }
         }
         _ if prompt => {
-            let now = Instant::now();
-            ep.on_success(now - started, now);
+            // The pace of a call that hedges, as the typed API's answers teach it.
+            let pace_cap = rpc
+                .filter(|r| r.hedgeable())
+                .map(|_| transport.options.attempt_timeout);
+            attempt::answered(&ep, started, owes, pace_cap);
         }
         _ => {}
     }

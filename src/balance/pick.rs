@@ -11,6 +11,9 @@ pub use crate::endpoint::Candidate;
 use crate::endpoint::{HealthState, clearly_slower};
 use crate::rpc::Route;
 
+/// Member indices, inline up to a usual cluster's size.
+type Indices = smallvec::SmallVec<[usize; 8]>;
+
 /// Chooses the endpoint for a request. Implement it to plug in your own routing; set it with
 /// [`Options::with_pick_policy`](crate::Options::with_pick_policy).
 ///
@@ -108,7 +111,8 @@ impl PickPolicy for LeaderFirst {
             .map(|i| tier(route, candidates[i].state))
             .min()
             .unwrap_or(0);
-        let pool: Vec<usize> = (0..candidates.len())
+        // Indices inline (a cluster has a handful of members): no allocation on every pick.
+        let pool: Indices = (0..candidates.len())
             .filter(eligible)
             .filter(|&i| tier(route, candidates[i].state) == best)
             .collect();
@@ -124,7 +128,7 @@ impl PickPolicy for LeaderFirst {
             }
             // Fastest; ties broken at random so equal members share the load.
             let fastest = pool.iter().map(|&i| latency_key(&candidates[i])).min();
-            let ties: Vec<usize> = pool
+            let ties: Indices = pool
                 .iter()
                 .copied()
                 .filter(|&i| Some(latency_key(&candidates[i])) == fastest)

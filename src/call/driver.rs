@@ -11,12 +11,12 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 use tonic::Request;
 
+use super::attempt::{self, Sent};
 use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
 use super::running::Running;
 use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
-use crate::endpoint::{Endpoint, InFlight};
-use crate::error::never_sent;
+use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::rpc::Route;
 use crate::rpc::{Idempotency, Rpc};
@@ -28,7 +28,9 @@ struct Answer<T> {
     started: Instant,
     generation: u64,
     sent_token: bool,
-    result: std::result::Result<tonic::Response<T>, tonic::Status>,
+    /// The message alone: its metadata is dropped where it arrives, not moved with the
+    /// answer through the driver's `select!` and match.
+    result: std::result::Result<T, tonic::Status>,
 }
 
 /// What woke the driver.
@@ -56,20 +58,14 @@ impl Attempts {
             .map(|(_, e, _)| e)
     }
 
-    /// The member of attempt `id`, when its silence counts against it: it has owed its answer
-    /// longer than the member's own pace allows (see [`Endpoint::is_overdue`]), and its
-    /// streams fell silent too. On a saturated box every member is slow and none is broken,
-    /// and an overloaded leader still answers its keep-alive streams: their late answers
-    /// eject nobody.
+    /// The member of attempt `id`, when its silence counts against it (see
+    /// [`attempt::silent`]).
     fn blamed(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
         let now = Instant::now();
         self.members
             .iter()
             .find(|(i, _, _)| *i == id)
-            .filter(|(_, ep, started)| {
-                ep.is_overdue(now.saturating_duration_since(*started))
-                    && !ep.heard.still_answering(*started, now)
-            })
+            .filter(|(_, ep, started)| attempt::silent(ep, *started, now))
             .map(|(_, e, _)| e)
     }
 }
@@ -169,14 +165,9 @@ impl Transport {
                     .max()
             })
         };
-        // A prompt call that needs the leader leaves a debt on its member until answered: the
-        // next leader-bound call sees a stalled leader at once, even when this one's caller
-        // gives up and drops it (see `endpoint/silence.rs`).
-        let owes = route.is_leader_bound() && config.prompt;
+        let owes = attempt::owes(route, config.prompt);
         let launch = |id: AttemptId, ep: Arc<Endpoint>, now: Instant| {
-            if owes {
-                ep.owe(now);
-            }
+            let sent = Sent::start(&ep, owes, now);
             let mut request = Request::new(make());
             let (generation, sent_token) = self.decorate(rpc, require_leader, &mut request);
             // A txn to a member that crashes when one is canceled is let finish (no deadline
@@ -192,11 +183,10 @@ impl Transport {
             // it. Counted with callgrind (`call-cost`): ~7,500 instructions of a put's ~93,000.
             let conn = self.conn(&ep);
             let fut = call(if finish { conn.must_finish() } else { conn }, request);
-            let started = now;
-            let counted = InFlight::start(&ep);
             async move {
-                let result = fut.await;
-                drop(counted);
+                let result = fut.await.map(tonic::Response::into_inner);
+                let started = sent.started();
+                drop(sent);
                 Answer {
                     id,
                     ep,
@@ -215,9 +205,14 @@ impl Transport {
         let first_slot = std::pin::pin!(None);
         let mut running = Running::new(first_slot);
 
-        self.await_leader(route, plan.deadline()).await;
-        // One clock read for the pick, the member's pace and the attempt's start.
-        let now = Instant::now();
+        // One clock read for the pick, the member's pace and the attempt's start: the call's
+        // own unless it waited for a leader (a clock read costs ~70 instructions of a call's
+        // ~85,000; `call-cost`).
+        let now = if self.await_leader(route, plan.deadline()).await {
+            Instant::now()
+        } else {
+            start
+        };
         // A deadline already past (a tiny per-call timeout, or one spent waiting for a leader)
         // sends nothing: tokio's timer wheel ticks in milliseconds, so a fast answer could
         // otherwise beat a deadline that passed before the request left.
@@ -246,22 +241,12 @@ impl Transport {
                     attempts.members.retain(|(i, _, _)| *i != answer.id);
                     match answer.result {
                         Ok(response) => {
-                            let now = Instant::now();
-                            let latency = now.saturating_duration_since(answer.started);
-                            answer.ep.on_success(latency, now);
-                            if owes {
-                                answer.ep.served();
-                            }
-                            if config.hedging {
-                                answer.ep.on_answer(latency, cap, now);
-                            }
-                            return Ok((answer.ep, response.into_inner()));
+                            let pace_cap = config.hedging.then_some(cap);
+                            attempt::answered(&answer.ep, answer.started, owes, pace_cap);
+                            return Ok((answer.ep, response));
                         }
                         Err(status) => {
-                            let unsent = never_sent(&status);
-                            self.methods.learn(&answer.ep, rpc, &status);
-                            let error = Error::from_status(status, &answer.ep.url);
-                            self.learn(&answer.ep, &error);
+                            let (error, unsent) = self.refused(&answer.ep, rpc, status);
                             let failed = Failed {
                                 wants_login: wants_login(&error, answer.sent_token),
                                 error,

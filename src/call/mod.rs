@@ -6,6 +6,7 @@
 //! (the [`Balancer`]), *how often* (the retry policy) and *how long* (the deadline). It sits on
 //! `balance/` and `endpoint/` and knows nothing of KV, watches or the lease keeper.
 
+pub(crate) mod attempt;
 mod budget;
 mod decorate;
 mod driver;
@@ -357,11 +358,14 @@ impl Transport {
     /// After losing the leader, wait (bounded by the leader grace and the deadline) until a new
     /// one is known, so that a leader-bound call is not sent to a follower that would forward it
     /// to the lost leader and hang. Waits on the leader view's changes; probes are woken so the
-    /// new leader is found quickly.
-    pub(crate) async fn await_leader(&self, route: Route, deadline: Option<Instant>) {
-        if let Some(until) = self.leader_wait(route, deadline) {
-            self.balancer.await_leader(until, LEADER_NUDGE).await;
-        }
+    /// new leader is found quickly. Whether it waited (else the caller's clock reading still
+    /// holds).
+    pub(crate) async fn await_leader(&self, route: Route, deadline: Option<Instant>) -> bool {
+        let Some(until) = self.leader_wait(route, deadline) else {
+            return false;
+        };
+        self.balancer.await_leader(until, LEADER_NUDGE).await;
+        true
     }
 
     /// Until when a call on `route` would wait for a new leader now: `None` unless it is

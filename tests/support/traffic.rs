@@ -32,6 +32,8 @@ pub struct Seen {
     pub ok: u32,
     /// Each error that reached the writer, with when it came (`Debug` form, to classify it).
     pub errors: Vec<(Instant, String)>,
+    /// When the put of each error was sent, in the same order.
+    pub errors_sent: Vec<Instant>,
     /// The acknowledged puts: key and revision.
     pub acked: Vec<(String, i64)>,
     /// When each put was acknowledged, in order.
@@ -100,6 +102,19 @@ impl Report {
     /// Every error that reached a writer.
     pub fn write_errors(&self) -> Vec<&(Instant, String)> {
         self.writers.iter().flat_map(|s| &s.errors).collect()
+    }
+
+    /// Every error that reached a writer, with when its put was sent: (sent, came, error).
+    pub fn write_failures(&self) -> Vec<(Instant, Instant, &str)> {
+        self.writers
+            .iter()
+            .flat_map(|s| {
+                s.errors_sent
+                    .iter()
+                    .zip(&s.errors)
+                    .map(|(sent, (at, e))| (*sent, *at, e.as_str()))
+            })
+            .collect()
     }
 
     /// The longest gap any writer saw.
@@ -386,6 +401,7 @@ fn spawn_writer(client: &Client, keys: String, stop: Arc<AtomicBool>) -> JoinHan
         while !stop.load(Ordering::Relaxed) {
             n += 1;
             let key = format!("{keys}/{n:08}");
+            let sent = Instant::now();
             match kv.put(key.as_str(), key.as_str(), PutOptions::new()).await {
                 Ok(r) => {
                     seen.ok += 1;
@@ -394,6 +410,7 @@ fn spawn_writer(client: &Client, keys: String, stop: Arc<AtomicBool>) -> JoinHan
                 }
                 Err(e) => {
                     seen.errors.push((Instant::now(), format!("{e:?}")));
+                    seen.errors_sent.push(sent);
                     seen.failed.push(key);
                 }
             }
