@@ -14,9 +14,10 @@
 //! The run starts a cluster, then runs this binary again under `valgrind --tool=callgrind` once
 //! per client and call (put, linearizable get, serializable get, txn). Each such run connects,
 //! warms up, and then, on a current-thread tokio runtime (so no idle worker spins into the
-//! counts), counts two stretches: `--idle-secs` with no call at all (the client's background
-//! work: probes, keepalives), then `--calls` calls one after another. A call's cost is the
-//! calls' stretch less the background rate over its wall time, divided by the calls: valgrind
+//! counts), counts three stretches: `--idle-secs` with no call at all (the client's background
+//! work: probes, keepalives), then `--calls` calls one after another, then `--idle-secs` with no
+//! call again. A call's cost is the calls' stretch less the background rate (of the two quiet
+//! stretches together) over its wall time, divided by the calls: valgrind
 //! slows the process some 50 times, and the background work goes by the clock, so without the
 //! subtraction it would be charged to the calls. Allocations are counted the same way.
 //!
@@ -262,8 +263,9 @@ async fn stretch<F: std::future::Future<Output = Result<(), String>>>(
     })
 }
 
-/// `--measure`: under callgrind, one client's background stretch, then its calls. Prints one
-/// line the run reads: `idle_ms allocs bytes calls_ms allocs bytes`.
+/// `--measure`: under callgrind, one client's background stretch, its calls, and a second
+/// background stretch. Prints one line the run reads: wall ms, allocations and bytes of each
+/// stretch in that order.
 async fn measure(args: &Args, client: &str, op: Op) -> Result<(), String> {
     if !callgrind::running_on_valgrind() {
         return Err("--measure counts instructions only under valgrind --tool=callgrind".into());
@@ -275,11 +277,13 @@ async fn measure(args: &Args, client: &str, op: Op) -> Result<(), String> {
     }
     // Let what the warm-up started (probes it woke, connections it opened) settle.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle = stretch(async {
-        tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
-        Ok(())
-    })
-    .await?;
+    let idle = || {
+        stretch(async {
+            tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+            Ok(())
+        })
+    };
+    let before = idle().await?;
     let calls = stretch(async {
         for _ in 0..args.calls {
             caller.call(op).await?;
@@ -287,15 +291,15 @@ async fn measure(args: &Args, client: &str, op: Op) -> Result<(), String> {
         Ok(())
     })
     .await?;
-    println!(
-        "{} {} {} {} {} {}",
-        idle.wall.as_millis(),
-        idle.allocs,
-        idle.bytes,
-        calls.wall.as_millis(),
-        calls.allocs,
-        calls.bytes
-    );
+    // The background on both sides of the calls: its rate, read from one stretch alone, moved
+    // a call's count by ~1,000 between runs (a probe more or less in 3 s is ~5 % of the rate).
+    let after = idle().await?;
+    let line: Vec<String> = [before, calls, after]
+        .iter()
+        .flat_map(|s| [s.wall.as_millis() as u64, s.allocs, s.bytes])
+        .map(|n| n.to_string())
+        .collect();
+    println!("{}", line.join(" "));
     Ok(())
 }
 
@@ -317,9 +321,9 @@ fn count(
     leader: &str,
 ) -> Result<Cost, String> {
     let out = dir.join(format!("{client}.{op}"));
-    // callgrind names the dumps <out-file>.1, .2 in their order (the one at exit: .3).
+    // callgrind names the dumps <out-file>.1, .2, .3 in their order (the one at exit: .4).
     let dump = |i: u32| PathBuf::from(format!("{}.{i}", out.display()));
-    for n in 1..=3 {
+    for n in 1..=4 {
         let _ = std::fs::remove_file(dump(n));
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -351,17 +355,24 @@ fn count(
         .map(|x| x.parse::<f64>().map_err(|e| format!("{line:?}: {e}")))
         .collect::<Result<_, _>>()?;
     let [
-        idle_ms,
-        idle_allocs,
-        idle_bytes,
+        before_ms,
+        before_allocs,
+        before_bytes,
         calls_ms,
         calls_allocs,
         calls_bytes,
+        after_ms,
+        after_allocs,
+        after_bytes,
     ] = n[..]
     else {
         return Err(format!("{client} {op}: unexpected line {line:?}"));
     };
-    let idle_ir = callgrind::totals(&dump(1))? as f64;
+    // The background stretches before and after the calls, as one.
+    let idle_ms = before_ms + after_ms;
+    let idle_allocs = before_allocs + after_allocs;
+    let idle_bytes = before_bytes + after_bytes;
+    let idle_ir = (callgrind::totals(&dump(1))? + callgrind::totals(&dump(3))?) as f64;
     let calls_ir = callgrind::totals(&dump(2))? as f64;
     let calls = f64::from(args.calls);
     let share = calls_ms / idle_ms.max(1.0);
@@ -397,7 +408,7 @@ async fn run(args: Args) -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     println!(
         "etcd {} (3 members), {} calls per client and call after {} warm-up calls, one caller, \
-         value {VALUE_BYTES} B; per call, the background ({} s without calls) subtracted",
+         value {VALUE_BYTES} B; per call, the background (twice {} s without calls, around them) subtracted",
         cluster.etcd_version(),
         args.calls,
         args.warmup,
