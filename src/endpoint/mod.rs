@@ -17,13 +17,14 @@ mod raft_view;
 mod read_path;
 mod refusals;
 mod silence;
+mod state;
 pub(crate) mod sync;
 mod unix;
 mod url;
 mod version;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -45,6 +46,7 @@ pub(crate) use read_path::clearly_slower;
 use refusals::RefusalLog;
 pub(crate) use refusals::Refusals;
 use silence::Silence;
+use state::MemberState;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 use version::KnownVersion;
 pub use version::{ParseVersionError, ServerVersion};
@@ -57,21 +59,13 @@ pub(crate) struct Endpoint {
     pub(crate) channel: Channel,
     /// What typed calls' attempts go through: the channel, in the user's layers if any.
     pub(crate) attempts: AttemptService,
-    /// Health state machine; a std mutex, never held across `.await`.
-    health: Mutex<Health>,
-    /// Raft view from the last Status.
-    raft: Mutex<RaftView>,
-    /// Start time of the last probe whose linearizable read succeeded: proof that the leader
-    /// this member follows was alive and reachable from it at that time.
-    linearizable_ok: Mutex<Option<Instant>>,
+    /// Its health, raft view, pace and the outage rule's proofs, which change together: one
+    /// std mutex, never held across `.await` nor while another endpoint lock is taken.
+    state: Mutex<MemberState>,
     /// How long its linearizable reads took (what a leader-bound call costs through it).
     read_path: read_path::ReadPath,
     /// Connections it refused since it last answered (`refusals.rs`).
     refused: RefusalLog,
-    /// When this member, leading, last dropped a proposal (raft's `ErrProposalDropped`): it is
-    /// handing leadership over, and drops what followers forward to it too, silently, until the
-    /// transfer ends (see `Balancer::leader_outage`).
-    dropped_at: Mutex<Option<Instant>>,
     /// Cancelled when the endpoint leaves the set (member removed) or the client goes away;
     /// stops its prober.
     pub(crate) cancel: CancellationToken,
@@ -87,9 +81,6 @@ pub(crate) struct Endpoint {
     draining: AtomicBool,
     /// Attempts of typed calls and balanced-channel requests now waiting on this member.
     in_flight: AtomicUsize,
-    /// Its recent latency and whether it is suspected of stalling (see [`pace`]); a std mutex
-    /// of its own (never held with `health`, never across `.await`).
-    pace: Mutex<Pace>,
     /// Times it was ejected (for [`Client::call_stats`](crate::Client::call_stats)).
     ejections: AtomicU64,
     /// Times it became suspected (same).
@@ -149,18 +140,14 @@ impl Endpoint {
             url,
             attempts: AttemptService::new(channel.clone(), layer),
             channel,
-            health: Mutex::new(Health::new(config, Instant::now())),
-            raft: Mutex::new(RaftView::default()),
-            linearizable_ok: Mutex::new(None),
+            state: Mutex::new(MemberState::new(config, Instant::now())),
             read_path: read_path::ReadPath::default(),
             refused: RefusalLog::default(),
-            dropped_at: Mutex::new(None),
             cancel,
             changes,
             strikes: AtomicU32::new(0),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
-            pace: Mutex::new(Pace::new(Instant::now())),
             ejections: AtomicU64::new(0),
             suspicions: AtomicU64::new(0),
             suspected_news: tokio::sync::watch::Sender::new(()),
@@ -171,8 +158,14 @@ impl Endpoint {
         })
     }
 
+    /// The member's state, locked (a poisoned lock still holds a consistent state: every
+    /// change to it is a plain assignment or a pure method).
+    fn lock(&self) -> MutexGuard<'_, MemberState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn with_pace<T>(&self, f: impl FnOnce(&mut Pace) -> T) -> T {
-        f(&mut self.pace.lock().unwrap_or_else(|e| e.into_inner()))
+        f(&mut self.lock().pace)
     }
 
     /// How long a hedgeable call sent here now waits before it hedges (and suspects this
@@ -233,9 +226,7 @@ impl Endpoint {
     /// slower of its calls' recent tail (once known) and its smoothed latency (calls and
     /// probes); `None` before any answer.
     pub(crate) fn pace_hint(&self) -> Option<Duration> {
-        let tail = self.with_pace(|p| p.tail(Instant::now()));
-        let smoothed = self.with_health(|h| h.latency());
-        tail.max(smoothed)
+        self.lock().pace_hint(Instant::now())
     }
 
     /// Whether an attempt here that has owed its answer for `age` is overdue by this member's
@@ -259,16 +250,22 @@ impl Endpoint {
 
     /// Read the health state machine; readers never move it (see [`tick`](Self::tick)).
     fn read_health<T>(&self, f: impl FnOnce(&Health) -> T) -> T {
-        f(&self.health.lock().unwrap_or_else(|e| e.into_inner()))
+        f(&self.lock().health)
     }
 
     fn with_health<T>(&self, f: impl FnOnce(&mut Health) -> T) -> T {
-        let mut guard = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        let before = guard.state();
+        self.update(|s| f(&mut s.health))
+    }
+
+    /// Change the member's state; a health transition is logged, counted and published after
+    /// the lock is let go.
+    fn update<T>(&self, f: impl FnOnce(&mut MemberState) -> T) -> T {
+        let mut guard = self.lock();
+        let before = guard.health.state();
         let out = f(&mut guard);
-        let after = guard.state();
+        let after = guard.health.state();
         if before != after {
-            let error = guard.last_error().unwrap_or("").to_owned();
+            let error = guard.health.last_error().unwrap_or("").to_owned();
             drop(guard);
             let url = &self.url;
             tracing::info!(
@@ -349,26 +346,19 @@ impl Endpoint {
     pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
         let now = Instant::now();
         self.refused.answered();
-        self.with_pace(|p| p.probe_answered(now.checked_sub(latency).unwrap_or(now)));
-        self.with_health(|h| h.on_probe_ok(has_leader, latency, now));
+        self.update(|s| s.probe_answered(has_leader, latency, now));
     }
 
     /// A probe that started at `started` served a linearizable read, which took `took`;
     /// returns whether that read was clearly slower than the one before (probe again soon).
     pub(crate) fn set_linearizable_ok(&self, started: Instant, took: Duration) -> bool {
-        *self
-            .linearizable_ok
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(started);
+        self.lock().linearizable_ok = Some(started);
         self.read_path.record(took)
     }
 
     /// Start of the last probe that served a linearizable read here.
     pub(crate) fn linearizable_ok(&self) -> Option<Instant> {
-        *self
-            .linearizable_ok
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.lock().linearizable_ok
     }
 
     /// A connection to this member was refused at `now`.
@@ -383,23 +373,23 @@ impl Endpoint {
 
     /// This member, leading, dropped a proposal at `at`.
     pub(crate) fn set_dropped(&self, at: Instant) {
-        *self.dropped_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+        self.lock().dropped_at = Some(at);
     }
 
     /// When this member, leading, last dropped a proposal.
     pub(crate) fn dropped_at(&self) -> Option<Instant> {
-        *self.dropped_at.lock().unwrap_or_else(|e| e.into_inner())
+        self.lock().dropped_at
     }
 
     pub(crate) fn raft(&self) -> RaftView {
-        *self.raft.lock().unwrap_or_else(|e| e.into_inner())
+        self.lock().raft
     }
 
     pub(crate) fn set_raft(&self, view: RaftView) {
         if let Some(version) = view.version {
             self.version.set(version);
         }
-        *self.raft.lock().unwrap_or_else(|e| e.into_inner()) = view;
+        self.lock().raft = view;
     }
 
     /// Whether its Status needs the client's token (see `prober.rs`).
@@ -425,53 +415,51 @@ impl Endpoint {
 
     /// What the pick policy sees, given the current leader's member id.
     pub(crate) fn candidate(&self, leader_id: u64, now: Instant) -> Candidate {
-        let member_id = self.raft().member_id;
-        self.read_health(|h| {
-            let is_leader = member_id != 0 && member_id == leader_id;
-            Candidate {
-                state: h.state_at(now),
-                is_leader,
-                latency: h.latency(),
-                // The leader's path as confirmed, however it is doing (a slow link shows as a
-                // slow path while its probes are owed). A follower's only when fresh: not in
-                // doubt since its read, and owing no answer past the shortest stall (a frozen
-                // follower's probe goes unanswered): a detour goes only through a member known
-                // to be serving (see `read_path.rs`; atomic loads only).
-                leader_path: if is_leader {
-                    self.read_path.confirmed()
-                } else {
-                    self.read_path.fresh().filter(|_| {
-                        self.silence
-                            .stalled_since(silence::SILENCE_FLOOR, now)
-                            .is_none()
-                    })
-                },
-            }
-        })
+        // One lock for all of it; inside, atomics only (`read_path`, `silence`).
+        let state = self.lock();
+        let member_id = state.raft.member_id;
+        let is_leader = member_id != 0 && member_id == leader_id;
+        Candidate {
+            state: state.health.state_at(now),
+            is_leader,
+            latency: state.health.latency(),
+            // The leader's path as confirmed, however it is doing (a slow link shows as a slow
+            // path while its probes are owed). A follower's only when fresh: not in doubt
+            // since its read, and owing no answer past the shortest stall (a frozen follower's
+            // probe goes unanswered): a detour goes only through a member known to be serving
+            // (see `read_path.rs`; atomic loads only).
+            leader_path: if is_leader {
+                self.read_path.confirmed()
+            } else {
+                self.read_path.fresh().filter(|_| {
+                    self.silence
+                        .stalled_since(silence::SILENCE_FLOOR, now)
+                        .is_none()
+                })
+            },
+        }
     }
 
     /// The public snapshot.
     pub(crate) fn info(&self, leader_id: u64) -> EndpointInfo {
-        let raft = self.raft();
-        // Read before the health lock: the two locks are never held together.
-        let suspected = self.is_suspected();
-        self.read_health(|h| {
-            let now = Instant::now();
-            EndpointInfo {
-                url: self.url.to_string(),
-                member_id: (raft.member_id != 0).then_some(raft.member_id),
-                health: h.state_at(now),
-                is_leader: raft.member_id != 0 && raft.member_id == leader_id,
-                latency: h.latency(),
-                leader_path: self.read_path.confirmed(),
-                last_error: h.last_error().map(str::to_owned),
-                since: h.since_at(now).into_std(),
-                draining: self.is_draining(),
-                in_flight: self.in_flight(),
-                suspected,
-                version: self.version(),
-            }
-        })
+        let now = Instant::now();
+        // One lock, one instant for all of it; inside, atomics only.
+        let state = self.lock();
+        let (raft, h) = (state.raft, &state.health);
+        EndpointInfo {
+            url: self.url.to_string(),
+            member_id: (raft.member_id != 0).then_some(raft.member_id),
+            health: h.state_at(now),
+            is_leader: raft.member_id != 0 && raft.member_id == leader_id,
+            latency: h.latency(),
+            leader_path: self.read_path.confirmed(),
+            last_error: h.last_error().map(str::to_owned),
+            since: h.since_at(now).into_std(),
+            draining: self.is_draining(),
+            in_flight: self.in_flight(),
+            suspected: state.pace.is_suspected(now),
+            version: self.version(),
+        }
     }
 }
 

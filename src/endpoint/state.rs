@@ -1,0 +1,104 @@
+//! What one member's state holds that changes together, behind the endpoint's one lock: its
+//! health, its raft view, its pace, and the two proofs the leader-outage rule reads (its last
+//! linearizable read, its last dropped proposal). No IO and no clock of its own: every method
+//! takes `now`, so the combined rules are tested with a fake clock below.
+//!
+//! One lock, not one per part: a reader (the pick's [`Candidate`](super::Candidate), the
+//! public [`EndpointInfo`](super::EndpointInfo)) sees all of it at one instant, and a pick
+//! takes one lock per member instead of two or three.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::health::{Health, HealthConfig};
+use super::pace::Pace;
+use super::raft_view::RaftView;
+
+/// One member's state (see the module docs).
+#[derive(Debug)]
+pub(super) struct MemberState {
+    /// The health state machine.
+    pub(super) health: Health,
+    /// The raft view from its last Status.
+    pub(super) raft: RaftView,
+    /// Its recent latency and whether it is suspected of stalling.
+    pub(super) pace: Pace,
+    /// Start time of the last probe whose linearizable read succeeded: proof that the leader
+    /// this member follows was alive and reachable from it at that time.
+    pub(super) linearizable_ok: Option<Instant>,
+    /// When this member, leading, last dropped a proposal (raft's `ErrProposalDropped`): it is
+    /// handing leadership over, and drops what followers forward to it too, silently, until
+    /// the transfer ends (see `Balancer::leader_outage`).
+    pub(super) dropped_at: Option<Instant>,
+}
+
+impl MemberState {
+    /// A member not heard from yet, at `now`.
+    pub(super) fn new(config: HealthConfig, now: Instant) -> Self {
+        MemberState {
+            health: Health::new(config, now),
+            raft: RaftView::default(),
+            pace: Pace::new(now),
+            linearizable_ok: None,
+            dropped_at: None,
+        }
+    }
+
+    /// What the client knows of this member's pace apart from a stream's own answers: the
+    /// slower of its calls' recent tail (once known) and its smoothed latency (calls and
+    /// probes); `None` before any answer.
+    pub(super) fn pace_hint(&mut self, now: Instant) -> Option<Duration> {
+        self.pace.tail(now).max(self.health.latency())
+    }
+
+    /// A probe answered at `now` in `latency` (`has_leader`: its member has a working
+    /// leader): health learns it, and a suspicion raised before the probe was sent ends.
+    pub(super) fn probe_answered(&mut self, has_leader: bool, latency: Duration, now: Instant) {
+        self.pace
+            .probe_answered(now.checked_sub(latency).unwrap_or(now));
+        self.health.on_probe_ok(has_leader, latency, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::HealthState;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_probe_answer_clears_an_older_suspicion_and_readmits_in_one_step() {
+        let t0 = Instant::now();
+        let mut state = MemberState::new(HealthConfig::default(), t0);
+        assert!(state.pace.suspect(t0 + ms(10)));
+        assert!(state.pace.is_suspected(t0 + ms(20)));
+        // A probe sent after the suspicion (at 15 ms) answers at 30 ms: the member serves.
+        state.probe_answered(true, ms(15), t0 + ms(30));
+        assert!(!state.pace.is_suspected(t0 + ms(30)));
+        assert_eq!(state.health.latency(), Some(ms(15)));
+        assert_ne!(state.health.state_at(t0 + ms(30)), HealthState::Ejected);
+    }
+
+    #[test]
+    fn a_probe_sent_before_the_suspicion_does_not_clear_it() {
+        let t0 = Instant::now();
+        let mut state = MemberState::new(HealthConfig::default(), t0);
+        assert!(state.pace.suspect(t0 + ms(10)));
+        // Sent at 5 ms, before the suspicion: it proves nothing about the stall.
+        state.probe_answered(true, ms(25), t0 + ms(30));
+        assert!(state.pace.is_suspected(t0 + ms(30)));
+    }
+
+    #[test]
+    fn the_pace_hint_is_the_slower_of_the_tail_and_the_smoothed_latency() {
+        let t0 = Instant::now();
+        let mut state = MemberState::new(HealthConfig::default(), t0);
+        assert_eq!(state.pace_hint(t0), None, "nothing answered yet");
+        state.probe_answered(true, ms(40), t0 + ms(40));
+        assert_eq!(state.pace_hint(t0 + ms(40)), Some(ms(40)));
+    }
+}
