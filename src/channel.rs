@@ -24,7 +24,6 @@ use tower::{BoxError, Service, ServiceExt};
 use crate::call::attempt::{self, Sent};
 use crate::call::{Target, Transport, wants_login};
 use crate::error::Error;
-use crate::error::never_sent;
 use crate::rpc::{Route, Rpc};
 
 /// The client's endpoints as one tower [`Service`] of gRPC requests, for etcd's generated
@@ -43,7 +42,10 @@ use crate::rpc::{Route, Rpc};
 /// It does not repeat requests: a gRPC request body can be sent only once. A failed connection
 /// ends the call with `Unavailable`, whose message says what the caller may do: "safe to send
 /// again" when the request provably never reached the member, "may have been applied" when the
-/// connection was lost after it could have. A Range arriving
+/// connection was lost after it could have. A caller's own gRPC deadline (`grpc-timeout`, as
+/// `Request::set_timeout` sets it; tonic enforces it in the member's channel) that runs out ends
+/// the call with `DeadlineExceeded`, "may have been applied", and counts against the member
+/// only when its streams fell silent too. A Range arriving
 /// here is taken to be linearizable (the path does not say), so it goes to the leader.
 ///
 /// Cheap to clone; clones share the client's connections. It keeps the client's connections
@@ -168,13 +170,20 @@ async fn route(
     let response = match result {
         Ok(response) => response,
         Err(err) => {
-            let failure = Error::Transport {
-                endpoint: ep.url.to_string(),
-                source: Status::unavailable(err.to_string()),
-            };
-            transport.learn(&ep, &failure);
+            // Classified and learned from with the whole error chain (a refused connection
+            // tells the outage rule the member's process is gone), as a typed call's is.
             let status = Status::from_error(err.into());
-            if never_sent(&status) {
+            let (error, unsent) = transport.unanswered(&ep, status.clone(), started);
+            if matches!(error, Error::Timeout) {
+                // The caller's own `grpc-timeout` ran out first (tonic enforces it): gRPC's
+                // code for that, not a lost connection.
+                let message = format!(
+                    "deadline exceeded waiting for {}; the request may have been applied",
+                    ep.url
+                );
+                return Err(Status::deadline_exceeded(message).into());
+            }
+            if unsent {
                 // Say so plainly: this channel sends a body once, but the caller may send the
                 // request again, even a write (the member never saw it).
                 let message = format!(
@@ -204,14 +213,7 @@ async fn route(
     // headers. A status in the trailers of a streamed answer is the caller's to read.
     match Status::from_header_map(response.headers()) {
         Some(status) if status.code() != Code::Ok => {
-            let err = match rpc {
-                Some(rpc) => transport.refused(&ep, rpc, status).0,
-                None => {
-                    let err = Error::from_status(status, &ep.url);
-                    transport.learn(&ep, &err);
-                    err
-                }
-            };
+            let (err, _) = transport.refused(&ep, rpc, status);
             if wants_login(&err, sent_token) {
                 // This call has failed; the next one goes out with a fresh token.
                 if let Err(renew) = transport.renew_token(generation, Some(&ep)).await {

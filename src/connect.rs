@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::call::Transport;
+use crate::call::attempt::Sent;
 use crate::endpoint;
 use crate::endpoint::Endpoint;
 use crate::endpoint::RaftView;
@@ -14,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use crate::proto::etcdserverpb::{StatusRequest, StatusResponse};
+use crate::rpc::Rpc;
 
 /// A `unix://` endpoint given to [`Client::connect`] must name an existing socket: a missing
 /// file is a typo or an etcd that was never started, said at once rather than after the connect
@@ -48,12 +50,13 @@ pub(crate) async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
     let mut attempts: FuturesUnordered<_> = endpoints
         .iter()
         .map(|ep| async move {
-            let started = tokio::time::Instant::now();
+            // Counted in flight as every attempt is (`call/attempt.rs`).
+            let sent = Sent::start(ep, false, tokio::time::Instant::now());
             // Straight on the channel, like a probe: a health check bypasses user layers.
             let result = MaintenanceClient::new(ep.channel.clone())
                 .status(StatusRequest {})
                 .await;
-            (ep, started.elapsed(), result)
+            (ep, sent.started().elapsed(), result)
         })
         .collect();
     let mut last = Error::Timeout;
@@ -80,11 +83,11 @@ pub(crate) async fn first_contact(transport: &Transport) -> Result<Arc<str>> {
                 }
             }
             Ok(Some((ep, _, Err(status)))) => {
-                let err = Error::from_status(status, &ep.url);
+                // Classified and learned from as every attempt's refusal is (`call/attempt.rs`).
+                let (err, _) = transport.refused(ep, Some(Rpc::Status), status);
                 if !err.is_transport() {
                     return Ok(ep.url.clone());
                 }
-                transport.learn(ep, &err);
                 last = err;
             }
         }

@@ -11,7 +11,6 @@ use crate::proto::v3electionpb::{
     CampaignRequest, CampaignResponse, LeaderKey, LeaderRequest, LeaderResponse, ProclaimRequest,
     ProclaimResponse, ResignRequest, ResignResponse,
 };
-use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
 /// The server-side Election service (`v3electionpb`). Get one with
@@ -131,12 +130,7 @@ impl ElectionService {
     ) -> Result<ResponseStream<LeaderResponse>> {
         let request = LeaderRequest { name: name.into() };
         self.transport
-            .open_server_stream(
-                Rpc::Observe,
-                self.call.call(Deadline::Unbounded),
-                request,
-                |c, r| async move { c.election().observe(r).await },
-            )
+            .open_server_stream(self.call.call(Deadline::Unbounded), request)
             .await
     }
 

@@ -12,7 +12,6 @@ use crate::proto::etcdserverpb::{
     LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse,
     LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
 };
-use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
 /// The Lease service. Get one with [`Client::lease`](crate::Client::lease).
@@ -144,10 +143,8 @@ impl Lease {
         let (tx, stream) = self
             .transport
             .open_bidi(
-                Rpc::LeaseKeepAlive,
                 self.call.call(Deadline::Default),
                 LeaseKeepAliveRequest { id },
-                |c, r| async move { c.lease().lease_keep_alive(r).await },
             )
             .await?;
         Ok((KeepAliveSender { tx }, stream))

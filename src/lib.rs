@@ -14,7 +14,8 @@
 //!
 //! The routing core is a one-way stack; each layer knows nothing of those above it:
 //!
-//! endpoint/       one member: mod.rs (the endpoint), raft_view.rs, url.rs (parsing,
+//! endpoint/       one member: mod.rs (the endpoint), state.rs (what changes together,
+//!                 behind one lock: health, raft view, pace), raft_view.rs, url.rs (parsing,
 //!                 dialing, no TLS downgrade), unix.rs (the unix socket connector), health.rs
 //!                 (the state machine), prober.rs (active probes, reporting through a sink),
 //!                 read_path.rs (what a leader-bound call costs through it), candidate.rs and
@@ -26,9 +27,12 @@
 //!                 pick policies (pick.rs: leader first, the detour around a slow leader link)
 //! call/           how every call leaves the client: the shared Transport (mod.rs), a pure
 //!                 call plan (plan.rs: hedge, retry, fail, renew, blame; no IO), the driver
-//!                 that runs it for unary calls and stream opens (driver.rs), stream opens
-//!                 (streams.rs), member sync (members.rs), members that lack a method
-//!                 (unimplemented.rs: an older etcd asked for a newer call)
+//!                 that runs it for unary calls and stream opens (driver.rs), one attempt's
+//!                 bookkeeping for every way out (attempt.rs), the RPC table's typed halves
+//!                 (typed.rs: unary, streamed.rs: streams), stream opens (streams.rs), the
+//!                 hedge budget and counters (ledger.rs), token renewal (renew.rs), member
+//!                 sync (members.rs), members that lack a method (unimplemented.rs: an older
+//!                 etcd asked for a newer call)
 //! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
 //! events.rs       EndpointEvents: health, leader and membership transitions as a stream
 //! drain.rs        Client::drain / undrain: a member made safe to stop (planned maintenance)

@@ -12,7 +12,6 @@ use crate::proto::etcdserverpb::{
     MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest,
     StatusResponse, alarm_request::AlarmAction, downgrade_request::DowngradeAction,
 };
-use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
 /// The Maintenance service. Get one with [`Client::maintenance`](crate::Client::maintenance).
@@ -230,12 +229,7 @@ impl Maintenance {
     /// ```
     pub async fn snapshot(&self) -> Result<ResponseStream<SnapshotResponse>> {
         self.transport
-            .open_server_stream(
-                Rpc::Snapshot,
-                self.call.call(Deadline::Default),
-                SnapshotRequest {},
-                |c, r| async move { c.maintenance().snapshot(r).await },
-            )
+            .open_server_stream(self.call.call(Deadline::Default), SnapshotRequest {})
             .await
     }
 }

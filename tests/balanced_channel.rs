@@ -322,3 +322,59 @@ async fn a_frozen_leader_costs_one_deadline() {
         .count();
     assert!(hung <= 1, "{hung} calls ran into the deadline: {summary:?}");
 }
+
+/// A caller's own gRPC deadline (`grpc-timeout`, which tonic enforces inside the channel) that
+/// runs out on a frozen leader comes back as `DeadlineExceeded` saying the put may have been
+/// applied, not as a lost connection; and the member is judged as for any unanswered call
+/// (its streams' silence), so the next put, with a fresh deadline, gets through once a new
+/// leader is elected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_grpc_deadline_is_a_deadline() {
+    let cluster = support::cluster3_in_memory().await;
+    let client = support::client(&cluster).await;
+    until(Duration::from_secs(10), "the leader is known", || {
+        client.endpoints().iter().any(|e| e.is_leader)
+    })
+    .await;
+    let mut kv = KvClient::new(client.balanced_channel());
+    let key = support::unique("balanced-grpc-timeout");
+    let with_deadline = |value: &str| {
+        let mut request = tonic::Request::new(put(&key, value.as_bytes().to_vec()));
+        request.set_timeout(Duration::from_millis(300));
+        request
+    };
+    kv.put(with_deadline("before")).await.unwrap();
+
+    let leader = cluster.leader(support::READY).await.unwrap();
+    cluster.stop(leader);
+    let frozen = Instant::now();
+    let status = kv.put(with_deadline("frozen")).await.unwrap_err();
+    let took = frozen.elapsed();
+    let mut recovered = None;
+    let mut n = 0;
+    while frozen.elapsed() < RECOVERY_BOUND {
+        n += 1;
+        if kv.put(with_deadline(&format!("after-{n}"))).await.is_ok() {
+            recovered = Some(frozen.elapsed());
+            break;
+        }
+        tokio::time::sleep(CALLER_BACKOFF).await;
+    }
+    cluster.cont(leader);
+    println!(
+        "MEASURE grpc-timeout on a frozen leader: {:?} {:?} after {took:?}; a put went \
+         through after {recovered:?}",
+        status.code(),
+        status.message()
+    );
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status.message().contains("may have been applied"),
+        "{status:?}"
+    );
+    assert!(took < Duration::from_secs(2), "the deadline held: {took:?}");
+    assert!(
+        recovered.is_some(),
+        "no put within {RECOVERY_BOUND:?} of the freeze"
+    );
+}

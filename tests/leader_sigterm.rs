@@ -200,10 +200,11 @@ fn check_write_errors(
     handover: Option<Instant>,
     at_most: usize,
 ) {
-    let errors = report.write_failures();
-    for (sent, at, error) in &errors {
-        let sent_after = sent.saturating_duration_since(started);
-        let after = at.saturating_duration_since(started);
+    let errors = report.write_errors();
+    for failed in &errors {
+        let error = &failed.error;
+        let sent_after = failed.sent.saturating_duration_since(started);
+        let after = failed.came.saturating_duration_since(started);
         println!(
             "MEASURE write error {after:?} after SIGTERM (sent {sent_after:?} after it): {error}"
         );
@@ -212,7 +213,7 @@ fn check_write_errors(
             "a write error that should have been resent: {error}"
         );
         assert!(
-            sent_after < IN_FLIGHT_AT_CLOSE || handover.is_some_and(|h| *at >= h),
+            sent_after < IN_FLIGHT_AT_CLOSE || handover.is_some_and(|h| failed.came >= h),
             "a put sent after the leader closed its connections failed: {error}, sent \
              {sent_after:?} after SIGTERM, failed {after:?} after it"
         );

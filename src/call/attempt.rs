@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::Transport;
 use crate::endpoint::{Endpoint, InFlight};
-use crate::error::{Error, never_sent};
+use crate::error::{Error, ErrorClass};
 use crate::rpc::{Route, Rpc};
 
 /// An attempt on its way to (or waiting on) one member.
@@ -86,12 +86,43 @@ pub(crate) fn silent(ep: &Endpoint, started: Instant, now: Instant) -> bool {
 impl Transport {
     /// A member answered an attempt of `rpc` with `status`: classified once, and learned from
     /// (a method it lacks, its health, a leader change). The error, and whether the request
-    /// provably never reached the member.
-    pub(crate) fn refused(&self, ep: &Endpoint, rpc: Rpc, status: tonic::Status) -> (Error, bool) {
-        let unsent = never_sent(&status);
-        self.methods.learn(ep, rpc, &status);
+    /// provably never reached the member. `rpc` is `None` for a request that names no etcd
+    /// method (through [`BalancedChannel`](crate::BalancedChannel)): nothing to learn about
+    /// methods then.
+    pub(crate) fn refused(
+        &self,
+        ep: &Endpoint,
+        rpc: Option<Rpc>,
+        status: tonic::Status,
+    ) -> (Error, bool) {
+        if let Some(rpc) = rpc {
+            self.methods.learn(ep, rpc, &status);
+        }
         let error = Error::from_status(status, &ep.url);
         self.learn(ep, &error);
+        // Whether it was sent is the error's class, decided once (`error/class.rs`).
+        let unsent = error.class() == ErrorClass::NeverSent;
+        (error, unsent)
+    }
+}
+
+impl Transport {
+    /// An attempt sent to `ep` at `started` ended with no answer from the member: `status`
+    /// says why (its connection failed, or a layer's deadline, such as the caller's
+    /// `grpc-timeout`, ran out). Classified once; a failed connection is learned from as any
+    /// refusal is, a deadline that ran out counts against the member only when [`silent`].
+    /// The error, and whether the request provably never reached the member.
+    pub(crate) fn unanswered(
+        &self,
+        ep: &Endpoint,
+        status: tonic::Status,
+        started: Instant,
+    ) -> (Error, bool) {
+        let error = Error::from_status(status, &ep.url);
+        if !matches!(error, Error::Timeout) || silent(ep, started, Instant::now()) {
+            self.learn(ep, &error);
+        }
+        let unsent = error.class() == ErrorClass::NeverSent;
         (error, unsent)
     }
 }

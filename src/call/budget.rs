@@ -16,7 +16,7 @@
 //! A stalled member needs few hedges anyway: the calls that hit it make it suspected, and new
 //! calls avoid it. Leader-bound calls cannot avoid a stalled leader that way, so a hedge at
 //! the cap away from a member whose own pace is well under the cap (stalled, not slow) goes
-//! without the budget's consent (see the driver).
+//! without the budget's consent (see `Plan::hedge_goes`).
 
 use std::time::Duration;
 

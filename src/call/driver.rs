@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tonic::Request;
 
 use super::attempt::{self, Sent};
-use super::plan::{AttemptId, Failed, Plan, PlanConfig, Step, Timer};
+use super::plan::{self, AttemptId, Failed, Plan, PlanConfig, RetryWait, Step, Timer};
 use super::running::Running;
 use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
@@ -51,13 +51,6 @@ struct Attempts {
 }
 
 impl Attempts {
-    fn member(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
-        self.members
-            .iter()
-            .find(|(i, _, _)| *i == id)
-            .map(|(_, e, _)| e)
-    }
-
     /// The member of attempt `id`, when its silence counts against it (see
     /// [`attempt::silent`]).
     fn blamed(&self, id: AttemptId) -> Option<&Arc<Endpoint>> {
@@ -119,7 +112,7 @@ impl Transport {
     /// Make one call with retries, hedging and token renewal, as its plan says. `call` sends
     /// the request built by `make` (a unary message is cloned; a stream body is made anew for
     /// each attempt) to a member.
-    pub(crate) async fn drive<Body, Resp, M, F, Fut>(
+    pub(super) async fn drive<Body, Resp, M, F, Fut>(
         &self,
         rpc: Rpc,
         how: Call,
@@ -133,10 +126,9 @@ impl Transport {
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
         crate::metrics::request(rpc.name());
-        self.counters.add(Count::Call);
         // One clock read for the budget and the deadline.
         let start = Instant::now();
-        self.budget_call(start);
+        self.ledger.call(start);
         let Call {
             target,
             deadline,
@@ -214,15 +206,14 @@ impl Transport {
             start
         };
         // A deadline already past (a tiny per-call timeout, or one spent waiting for a leader)
-        // sends nothing: tokio's timer wheel ticks in milliseconds, so a fast answer could
-        // otherwise beat a deadline that passed before the request left.
-        if plan.deadline().is_some_and(|at| at <= now) {
+        // sends nothing.
+        if plan.expired(now) {
             return Err(Error::Timeout);
         }
         let first = self.pick(route, &target, &attempts.tried, now)?;
         attempts.tried.push(first.url.clone());
         let id = plan.launched_to(now, false, paced(&first, now));
-        self.counters.add(Count::Attempt);
+        self.ledger.count(Count::Attempt);
         attempts.members.push((id, first.clone(), now));
         running.push(launch(id, first, now));
 
@@ -246,7 +237,7 @@ impl Transport {
                             return Ok((answer.ep, response));
                         }
                         Err(status) => {
-                            let (error, unsent) = self.refused(&answer.ep, rpc, status);
+                            let (error, unsent) = self.refused(&answer.ep, Some(rpc), status);
                             let failed = Failed {
                                 wants_login: wants_login(&error, answer.sent_token),
                                 error,
@@ -274,10 +265,13 @@ impl Transport {
                 Event::Timer(Timer::Limit(id)) => {
                     // Only stream opens have a limit, and they run one attempt at a time:
                     // abandoning it means dropping every attempt.
-                    running.clear();
-                    if let Some(ep) = attempts.member(id).cloned() {
-                        self.learn(&ep, &Error::Timeout);
+                    // Its member is blamed as any unanswered attempt's is: only when its
+                    // streams fell silent too (an open held up on a saturated member is slow,
+                    // not lost).
+                    if let Some(ep) = attempts.blamed(id) {
+                        self.learn(ep, &Error::Timeout);
                     }
+                    running.clear();
                     attempts.members.clear();
                     plan.fire(Timer::Limit(id), Instant::now())
                 }
@@ -314,20 +308,16 @@ impl Transport {
                         plan.no_hedge(Instant::now());
                         continue;
                     }
-                    // At the cap, an attempt to a member that answers in well under the cap
-                    // (its own pace known) is stalled, not slow: that hedge is recovery, not
-                    // speculation, and goes whatever the budget says. Without this, calls stuck
-                    // on a black-holed leader (leader-bound, so suspicion cannot steer them
-                    // away) used the whole budget and a read to it then waited out its deadline.
-                    let stalled = !early
-                        && attempts.members.last().is_some_and(|(_, ep, _)| {
-                            ep.hedge_delay(cap, now)
-                                .is_some_and(|paced| paced * 2 <= cap)
-                        });
-                    if !self.budget_hedge() && !stalled {
+                    // The pace of the member of the attempt in flight: its own, not the
+                    // fallback `paced` gives a member with none known.
+                    let pace = attempts
+                        .members
+                        .last()
+                        .and_then(|(_, ep, _)| ep.hedge_delay(cap, now));
+                    if !plan.hedge_goes(early, pace, || self.ledger.hedge()) {
                         // Over budget: an early hedge waits for the cap, one at the cap looks
                         // again one cap later (the budget refills as calls go on).
-                        self.counters.add(Count::HedgeRefused);
+                        self.ledger.count(Count::HedgeRefused);
                         plan.hedge_refused(Instant::now());
                         continue;
                     }
@@ -338,25 +328,20 @@ impl Transport {
                         "hedging a slow request"
                     );
                     crate::metrics::retry(rpc.name());
-                    self.counters.add(Count::Hedge { early });
-                    self.counters.add(Count::Attempt);
+                    self.ledger.count(Count::Hedge { early });
+                    self.ledger.count(Count::Attempt);
                     attempts.tried.push(next.url.clone());
                     let id = plan.launched_to(now, false, paced(&next, now));
                     attempts.members.push((id, next.clone(), now));
                     running.push(launch(id, next, now));
                 }
                 Step::Retry { after, error } => {
-                    match self.leader_wait(route, plan.deadline()) {
-                        // The leader is being replaced (it dropped this proposal, say, while
-                        // handing over): waiting for the next one is the backoff, and it ends
-                        // the moment that leader is known, where a fixed backoff first added up
-                        // to 25 ms to writes after a leader move. Only when that wait can last
-                        // longer than the backoff: a retry comes sooner only because the next
-                        // leader is known, so a failing member is not hammered.
-                        Some(until) if until >= Instant::now() + after => {
+                    let leader_until = self.leader_wait(route, plan.deadline());
+                    match plan::retry_wait(after, leader_until, Instant::now()) {
+                        RetryWait::Leader(until) => {
                             self.balancer.await_leader(until, super::LEADER_NUDGE).await;
                         }
-                        _ => {
+                        RetryWait::Backoff => {
                             tokio::time::sleep(after).await;
                             self.await_leader(route, plan.deadline()).await;
                         }
@@ -366,7 +351,7 @@ impl Transport {
                     let next = self.next_endpoint(route, &target, tried, failed.as_deref())?;
                     tracing::debug!(rpc = rpc.name(), to = %next.url, %error, "retrying");
                     crate::metrics::retry(rpc.name());
-                    self.counters.add(Count::Attempt);
+                    self.ledger.count(Count::Attempt);
                     let now = Instant::now();
                     let id = plan.launched_to(now, false, paced(&next, now));
                     attempts.members.push((id, next.clone(), now));

@@ -12,7 +12,6 @@ use super::{Call, Transport};
 use crate::endpoint::sync::member_urls;
 use crate::error::Error;
 use crate::proto::etcdserverpb::MemberListRequest;
-use crate::rpc::Rpc;
 
 /// After a failure-triggered sync, wait at least this long before the next one: a flapping
 /// member should not turn into a MemberList storm.
@@ -58,18 +57,11 @@ pub(crate) async fn sync_once(transport: &Arc<Transport>) -> Result<(), Error> {
     let request = MemberListRequest {
         linearizable: false,
     };
-    let (from, list) = transport
-        .drive(
-            Rpc::MemberList,
-            Call::default(),
-            false,
-            || request,
-            |c, r| async move { c.cluster().member_list(r).await },
-        )
-        .await?;
+    // Through the RPC table like any unary call, which also refuses an answer from another
+    // cluster's member: a foreign member's list could replace every endpoint with its own
+    // cluster's.
+    let list = transport.call(Call::default(), request).await?;
     let balancer = &transport.balancer;
-    // A foreign member's list could replace every endpoint with its own cluster's.
-    balancer.check_cluster(&from, list.header.as_ref().map_or(0, |h| h.cluster_id))?;
     if list.members.len() > MAX_MEMBERS {
         return Err(Error::TooManyMembers {
             count: list.members.len(),

@@ -12,33 +12,36 @@ mod decorate;
 mod driver;
 mod encoded;
 mod headed;
+mod ledger;
 mod members;
 mod options;
 pub(crate) mod plan;
+mod renew;
 mod running;
 pub(crate) mod stats;
+mod streamed;
 mod streams;
 pub(crate) mod supervise;
 mod typed;
 mod unimplemented;
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::Request;
 
 use crate::balance::{Balancer, BalancerConfig};
 use crate::endpoint::prober::ProbeTimers;
 use crate::endpoint::{self, AttemptService, Endpoint, EndpointInfo};
 use crate::error::{Error, Result};
 use crate::options::Options;
+#[cfg(test)]
+use crate::proto::etcdserverpb::cluster_client::ClusterClient;
 use crate::proto::etcdserverpb::{
-    AuthenticateRequest, ResponseHeader, auth_client::AuthClient, cluster_client::ClusterClient,
-    kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
-    watch_client::WatchClient,
+    ResponseHeader, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, watch_client::WatchClient,
 };
 use crate::proto::v3electionpb::election_client::ElectionClient;
 #[cfg(test)]
@@ -148,12 +151,13 @@ impl Conn {
     service!(kv, KvClient);
     service!(watch, WatchClient);
     service!(lease, LeaseClient);
-    service!(cluster, ClusterClient);
     service!(maintenance, MaintenanceClient);
     service!(auth, AuthClient);
     service!(election, ElectionClient);
-    // Lock calls are all unary (encoded, `encoded.rs`): only the test that pairs each row
-    // with its generated method (`typed.rs`) takes this client.
+    // Cluster and lock calls are all unary (encoded, `encoded.rs`): only the test that pairs
+    // each row with its generated method (`typed.rs`) takes these clients.
+    #[cfg(test)]
+    service!(cluster, ClusterClient);
     #[cfg(test)]
     service!(lock, LockClient);
 }
@@ -170,11 +174,9 @@ pub(crate) struct Transport {
     pub(crate) cancel: CancellationToken,
     /// The newest revisions the client knows of (the balancer's probes write them too).
     pub(crate) revisions: Arc<Revisions>,
-    /// Hedges draw on it (see [`budget`]); a std mutex held for a few additions, never
-    /// across `.await`.
-    budget: Mutex<budget::HedgeBudget>,
-    /// What the calls did, for [`Client::call_stats`](crate::Client::call_stats).
-    pub(crate) counters: stats::Counters,
+    /// The hedge budget the calls draw on (see [`budget`]) and what they did, for
+    /// [`Client::call_stats`](crate::Client::call_stats).
+    pub(crate) ledger: ledger::Ledger,
     /// Members that lately answered they do not have a method (an older etcd).
     pub(crate) methods: unimplemented::Methods,
 }
@@ -228,8 +230,7 @@ impl Transport {
             options,
             token,
             cancel: CancellationToken::new(),
-            budget: Mutex::new(budget::HedgeBudget::new(Instant::now())),
-            counters: stats::Counters::default(),
+            ledger: ledger::Ledger::new(Instant::now()),
             methods: unimplemented::Methods::default(),
         })
     }
@@ -282,18 +283,6 @@ impl Transport {
         }
     }
 
-    /// A call started at `now`: the hedge budget grows.
-    pub(crate) fn budget_call(&self, now: Instant) {
-        let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
-        budget.call(now);
-    }
-
-    /// A hedge is due: whether the budget allows it (and takes it if so).
-    pub(crate) fn budget_hedge(&self) -> bool {
-        let mut budget = self.budget.lock().unwrap_or_else(|e| e.into_inner());
-        budget.try_hedge(Instant::now())
-    }
-
     /// What the calls did so far, with the ejections and suspicions of the endpoints in use.
     pub(crate) fn call_stats(&self) -> stats::CallStats {
         let (ejections, suspicions) = self
@@ -302,7 +291,7 @@ impl Transport {
             .iter()
             .map(|e| e.ejections_and_suspicions())
             .fold((0, 0), |(a, b), (e, s)| (a + e, b + s));
-        self.counters.snapshot(ejections, suspicions)
+        self.ledger.stats(ejections, suspicions)
     }
 
     /// A connection to `ep`.
@@ -400,82 +389,6 @@ impl Transport {
                 .pick_at(route, tried, now)
                 .ok_or(Error::NoEndpoints),
         }
-    }
-
-    /// Authenticate again, unless another caller already replaced the token of `stale`'s
-    /// generation; at `refused_by` first, the member that refused the old token, when known.
-    ///
-    /// Why there: etcd's simple tokens (its default) live in each member's memory, added when
-    /// the member applies the Authenticate entry, and the member that served Authenticate has
-    /// applied it before it answers. Another member may apply it up to a heartbeat later (a
-    /// follower learns the commit from the leader's next message), or later still when its
-    /// apply lags, and until then refuses the new token too. The call that was refused is sent
-    /// to the same member again, so logging in there is what makes that retry sure to carry a
-    /// token the member knows; a login elsewhere made it fail now and then on a loaded box,
-    /// and each such failure cost another login (a bcrypt hash on the server).
-    pub(crate) async fn renew_token(
-        &self,
-        stale: u64,
-        refused_by: Option<&Arc<Endpoint>>,
-    ) -> Result<()> {
-        let (Some(cell), Some(credentials)) = (&self.token, &self.options.credentials) else {
-            return Ok(());
-        };
-        let _renewing = cell.renewing.lock().await;
-        if cell.generation() != stale {
-            return Ok(());
-        }
-        let message = AuthenticateRequest {
-            name: credentials.user.clone(),
-            password: credentials.password.clone(),
-        };
-        // Authenticate hashes the password with bcrypt on the server: allow it some time.
-        let limit = self
-            .options
-            .request_timeout
-            .unwrap_or(self.options.connect_timeout * 2);
-        let mut last = Error::NoEndpoints;
-        let mut tried: Vec<Arc<str>> = Vec::new();
-        let mut first = refused_by.cloned();
-        for _ in 0..self.balancer.endpoints().len().max(1) {
-            let Some(ep) = first
-                .take()
-                .or_else(|| self.balancer.pick(Route::Any, &tried))
-            else {
-                break;
-            };
-            tried.push(ep.url.clone());
-            let mut auth = self.conn(&ep).auth();
-            let call = auth.authenticate(Request::new(message.clone()));
-            match tokio::time::timeout(limit, call).await {
-                Ok(Ok(response)) => {
-                    let token = response.into_inner().token;
-                    let value = token.parse().map_err(|_| Error::InvalidAuthToken)?;
-                    cell.store(value);
-                    tracing::debug!("auth token renewed");
-                    return Ok(());
-                }
-                Ok(Err(status)) => {
-                    last = Error::from_status(status, &ep.url);
-                    self.learn(&ep, &last);
-                    if matches!(last, Error::AuthNotEnabled) {
-                        // Auth is off (or was turned off): call without a token, as etcd's
-                        // clientv3 does; etcd 3.4/3.5 reject a token from before AuthDisable.
-                        cell.clear();
-                        tracing::debug!("auth is not enabled; calling without a token");
-                        return Ok(());
-                    }
-                    if !last.is_retryable() {
-                        return Err(last);
-                    }
-                }
-                Err(_) => {
-                    last = Error::Timeout;
-                    self.learn(&ep, &last);
-                }
-            }
-        }
-        Err(last)
     }
 }
 

@@ -11,9 +11,11 @@
 //!   driver's endpoints), and at the latest at the cap `min(attempt timeout, remaining
 //!   deadline / 3)`, computed from the call's own deadline, so a short per-call deadline still
 //!   gets a hedge;
-//! - the driver asks the hedge budget before every hedge; a refused hedge before the cap (an
-//!   *early* one) waits for the cap, one at the cap looks again a cap later
-//!   ([`Plan::hedge_refused`]);
+//! - a due hedge goes when the hedge budget consents, or over budget when the attempt's member
+//!   is stalled, not slow ([`Plan::hedge_goes`]); a refused hedge before the cap (an *early*
+//!   one) waits for the cap, one at the cap looks again a cap later ([`Plan::hedge_refused`]);
+//! - a retry waits for the next leader instead of its backoff when that wait can be longer
+//!   ([`retry_wait`]);
 //! - a definite answer (success, or an error that is not retryable) from any attempt wins;
 //! - a mutation is never sent again after an ambiguous failure (the retry policy says so);
 //! - the token is renewed at most once per call;
@@ -214,6 +216,30 @@ impl Plan {
         }
     }
 
+    /// Whether a due hedge goes out: when the budget consents (asked first, so a hedge that
+    /// goes takes its share), or whatever the budget says when it is recovery rather than
+    /// speculation: at the cap (not `early`), the attempt in flight went to a member whose own
+    /// pace (`pace`, its hedge delay when known) is at most half the attempt timeout, so it is
+    /// stalled, not slow. Without the second, calls stuck on a black-holed leader
+    /// (leader-bound, so suspicion cannot steer them away) used the whole budget and a read to
+    /// it then waited out its deadline.
+    pub(crate) fn hedge_goes(
+        &self,
+        early: bool,
+        pace: Option<Duration>,
+        budget: impl FnOnce() -> bool,
+    ) -> bool {
+        let stalled = !early && pace.is_some_and(|p| p * 2 <= self.config.attempt_timeout);
+        budget() || stalled
+    }
+
+    /// Whether the call's deadline has passed at `now`: then nothing more is sent (tokio's
+    /// timer wheel ticks in milliseconds, so a fast answer could otherwise beat a deadline
+    /// that passed before the request left).
+    pub(crate) fn expired(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|at| at <= now)
+    }
+
     fn can_hedge(&self) -> bool {
         self.config.hedging
             && !self.in_flight.is_empty()
@@ -336,6 +362,34 @@ impl Plan {
             };
         }
         Step::Retry { after, error }
+    }
+}
+
+/// How a call waits before its retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RetryWait {
+    /// For the next leader, until this instant at the latest: the wait ends the moment one is
+    /// known.
+    Leader(Instant),
+    /// The plan's backoff, then for a leader if the route needs one and none is known.
+    Backoff,
+}
+
+/// How to wait `after` a failure at `now`, when the balancer would wait for a new leader until
+/// `leader_until` (`None`: a leader is known, or the route needs none). The leader is being
+/// replaced (it dropped this proposal, say, while handing over): waiting for the next one is
+/// the backoff, and it ends the moment that leader is known, where a fixed backoff first
+/// added up to 25 ms to writes after a leader move. Only when that wait can last longer than
+/// the backoff: a retry comes sooner only because the next leader is known, so a failing
+/// member is not hammered.
+pub(crate) fn retry_wait(
+    after: Duration,
+    leader_until: Option<Instant>,
+    now: Instant,
+) -> RetryWait {
+    match leader_until {
+        Some(until) if until >= now + after => RetryWait::Leader(until),
+        _ => RetryWait::Backoff,
     }
 }
 

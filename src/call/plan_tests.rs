@@ -353,3 +353,59 @@ fn mutations_ignore_the_pace() {
     plan.launched_to(t0, false, Some(ms(5)));
     assert_eq!(plan.next_timer(), Some((t0 + ATTEMPT, Timer::Late(0))));
 }
+
+#[test]
+fn a_due_hedge_goes_with_the_budget_or_when_its_member_is_stalled() {
+    let plan = Plan::new(config(read()), None);
+    let asked = std::cell::Cell::new(0);
+    let budget = |answer: bool| {
+        let asked = &asked;
+        move || {
+            asked.set(asked.get() + 1);
+            answer
+        }
+    };
+    // The budget decides a speculative hedge, early or at the cap.
+    assert!(plan.hedge_goes(true, Some(ms(20)), budget(true)));
+    assert!(!plan.hedge_goes(true, Some(ms(20)), budget(false)));
+    assert!(!plan.hedge_goes(false, None, budget(false)), "pace unknown");
+    assert!(
+        !plan.hedge_goes(false, Some(ms(200)), budget(false)),
+        "a member this slow is slow, not stalled"
+    );
+    // At the cap, a member that answers in half the attempt timeout or less is stalled: the
+    // hedge is recovery and goes over budget.
+    assert!(plan.hedge_goes(false, Some(ms(20)), budget(false)));
+    assert!(plan.hedge_goes(false, Some(ATTEMPT / 2), budget(false)));
+    // The budget is asked every time, so a hedge that goes takes its share.
+    assert_eq!(asked.get(), 6);
+}
+
+#[test]
+fn a_retry_waits_for_the_next_leader_only_when_that_wait_is_longer_than_the_backoff() {
+    let now = Instant::now();
+    let after = ms(25);
+    assert_eq!(retry_wait(after, None, now), RetryWait::Backoff);
+    assert_eq!(
+        retry_wait(after, Some(now + ms(10)), now),
+        RetryWait::Backoff,
+        "a leader wait shorter than the backoff would retry sooner than a failing member allows"
+    );
+    assert_eq!(
+        retry_wait(after, Some(now + after), now),
+        RetryWait::Leader(now + after)
+    );
+    assert_eq!(
+        retry_wait(after, Some(now + ms(900)), now),
+        RetryWait::Leader(now + ms(900))
+    );
+}
+
+#[test]
+fn nothing_is_sent_once_the_deadline_has_passed() {
+    let now = Instant::now();
+    let plan = Plan::new(config(read()), Some(now + ms(5)));
+    assert!(!plan.expired(now));
+    assert!(plan.expired(now + ms(5)));
+    assert!(!Plan::new(config(read()), None).expired(now + ms(5_000)));
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tonic::Request;
 
+use super::streamed::{BidiRpc, ServerStreamRpc};
 use super::{Call, Conn, Transport};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
@@ -20,7 +21,7 @@ impl Transport {
     /// Open a stream: the request is built by `make` for each attempt (a stream body cannot be
     /// cloned). Each attempt's opening is bounded by the attempt limit, the whole by the
     /// deadline; repeatable streams are retried on other members.
-    pub(crate) async fn open_stream<Body, Resp, M, F, Fut>(
+    async fn open_stream<Body, Resp, M, F, Fut>(
         &self,
         rpc: Rpc,
         how: Call,
@@ -40,46 +41,28 @@ impl Transport {
     /// Open a bidirectional stream with `first` already queued (etcd answers the headers only
     /// with its first message, so an empty stream would never open), and hand back the sender
     /// for further requests and the typed response stream.
-    pub(crate) async fn open_bidi<Req, Resp, F, Fut>(
+    pub(crate) async fn open_bidi<Req: BidiRpc>(
         &self,
-        rpc: Rpc,
         how: Call,
         first: Req,
-        call: F,
     ) -> Result<(
         tokio::sync::mpsc::Sender<Req>,
-        crate::stream::ResponseStream<Resp>,
-    )>
-    where
-        Req: Clone + Send + 'static,
-        F: Fn(Conn, Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
-        Fut: Future<
-            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
-        >,
-    {
-        self.open_bidi_buffered(rpc, how, first, STREAM_REQUEST_BUFFER, call)
+        crate::stream::ResponseStream<Req::Response>,
+    )> {
+        self.open_bidi_buffered(how, first, STREAM_REQUEST_BUFFER)
             .await
     }
 
     /// [`open_bidi`](Self::open_bidi) with room for `buffer` queued requests.
-    async fn open_bidi_buffered<Req, Resp, F, Fut>(
+    async fn open_bidi_buffered<Req: BidiRpc>(
         &self,
-        rpc: Rpc,
         how: Call,
         first: Req,
         buffer: usize,
-        call: F,
     ) -> Result<(
         tokio::sync::mpsc::Sender<Req>,
-        crate::stream::ResponseStream<Resp>,
-    )>
-    where
-        Req: Clone + Send + 'static,
-        F: Fn(Conn, Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
-        Fut: Future<
-            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
-        >,
-    {
+        crate::stream::ResponseStream<Req::Response>,
+    )> {
         // Each attempt needs its own channel; keep the sender of the attempt that opened.
         let sender = std::sync::Mutex::new(None);
         let make = || {
@@ -89,7 +72,7 @@ impl Transport {
             *sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
             tokio_stream::wrappers::ReceiverStream::new(rx)
         };
-        let (ep, streaming) = self.open_stream(rpc, how, make, call).await?;
+        let (ep, streaming) = self.open_stream(Req::RPC, how, make, Req::open).await?;
         let tx = sender
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
@@ -101,26 +84,17 @@ impl Transport {
     /// [`open_bidi`](Self::open_bidi) for long-lived background streams (lease keep-alive,
     /// shared watch): the whole open is bounded by `limit`, and the endpoint serving the stream
     /// is returned too, so that the task owning the stream can blame it when the stream dies.
-    pub(crate) async fn open_supervised<Req, Resp, F, Fut>(
+    pub(crate) async fn open_supervised<Req: BidiRpc>(
         &self,
-        rpc: Rpc,
         first: Req,
         limit: Duration,
         buffer: usize,
-        call: F,
     ) -> Result<(
         tokio::sync::mpsc::Sender<Req>,
-        crate::stream::ResponseStream<Resp>,
+        crate::stream::ResponseStream<Req::Response>,
         Arc<Endpoint>,
-    )>
-    where
-        Req: Clone + Send + 'static,
-        F: Fn(Conn, Request<tokio_stream::wrappers::ReceiverStream<Req>>) -> Fut,
-        Fut: Future<
-            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
-        >,
-    {
-        let opening = self.open_bidi_buffered(rpc, Call::default(), first, buffer, call);
+    )> {
+        let opening = self.open_bidi_buffered(Call::default(), first, buffer);
         let (tx, answers) = tokio::time::timeout(limit, opening)
             .await
             .map_err(|_| Error::Timeout)??;
@@ -129,21 +103,15 @@ impl Transport {
     }
 
     /// Open a server stream: like [`unary`](Self::unary) but the response is a stream.
-    pub(crate) async fn open_server_stream<Req, Resp, F, Fut>(
+    pub(crate) async fn open_server_stream<Req: ServerStreamRpc>(
         &self,
-        rpc: Rpc,
         how: Call,
         message: Req,
-        call: F,
-    ) -> Result<crate::stream::ResponseStream<Resp>>
-    where
-        Req: Clone,
-        F: Fn(Conn, Request<Req>) -> Fut,
-        Fut: Future<
-            Output = std::result::Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>,
-        >,
-    {
-        let (ep, streaming) = self.open_stream(rpc, how, || message.clone(), call).await?;
+    ) -> Result<crate::stream::ResponseStream<Req::Response>> {
+        let rpc = message.rpc();
+        let (ep, streaming) = self
+            .open_stream(rpc, how, || message.clone(), Req::open)
+            .await?;
         Ok(crate::stream::ResponseStream::new(
             streaming,
             ep.url.clone(),

@@ -14,13 +14,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Request;
 
-use super::{Conn, Transport};
+use super::Transport;
+use super::streamed::BidiRpc;
 use crate::endpoint::{Endpoint, HealthState};
 use crate::error::{Error, Result};
-use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
 /// First wait after a failed open; the n-th consecutive failure waits n times as long, up to
@@ -84,32 +82,14 @@ impl Supervisor {
         self
     }
 
-    /// Start opening a stream of `rpc` with `first` as its first message (routed, retried and
-    /// bounded by the call path).
-    pub(crate) fn open<Req, Resp, F, Fut>(
-        &self,
-        rpc: Rpc,
-        first: Req,
-        call: F,
-    ) -> Opening<Req, Resp>
-    where
-        Req: Clone + Send + Sync + 'static,
-        Resp: Send + 'static,
-        F: Fn(Conn, Request<ReceiverStream<Req>>) -> Fut + Send + Sync + 'static,
-        Fut: Future<
-                Output = std::result::Result<
-                    tonic::Response<tonic::Streaming<Resp>>,
-                    tonic::Status,
-                >,
-            > + Send,
-    {
+    /// Start opening the stream `first` is the first message of (its row and method: the RPC
+    /// table's, `streamed.rs`), routed, retried and bounded by the call path.
+    pub(crate) fn open<Req: BidiRpc>(&self, first: Req) -> Opening<Req, Req::Response> {
         let transport = self.transport.clone();
         let (limit, buffer) = (self.open_limit, self.request_buffer);
         Box::pin(async move {
             let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            transport
-                .open_supervised(rpc, first, limit, buffer, call)
-                .await
+            transport.open_supervised(first, limit, buffer).await
         })
     }
 

@@ -43,7 +43,6 @@ use crate::call::supervise::{self, FULL_RETRY, Supervisor};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
 use crate::proto::etcdserverpb::LeaseKeepAliveRequest;
-use crate::rpc::Rpc;
 
 /// At most this many renewals in flight on the stream, and room for as many queued on it, so
 /// that one turn of the task can put a whole window out. The server answers a stream's
@@ -346,11 +345,7 @@ impl KeeperTask {
         // Sent now as far as the expiry is concerned: whichever attempt of the open carries
         // it, it leaves no earlier than this.
         self.table.sent(first, now);
-        let open = self.supervisor.open(
-            Rpc::LeaseKeepAlive,
-            LeaseKeepAliveRequest { id: first },
-            |c, r| async move { c.lease().lease_keep_alive(r).await },
-        );
+        let open = self.supervisor.open(LeaseKeepAliveRequest { id: first });
         Link::Opening {
             open,
             started: now,

@@ -34,7 +34,7 @@ use futures_util::{FutureExt, Stream};
 
 use super::Kv;
 use super::pager::Pager;
-use crate::call::Deadline;
+use crate::call::{Deadline, attempt};
 use crate::error::{Error, Result};
 use crate::namespace::{self, Namespace};
 use crate::proto::etcdserverpb::{RangeRequest, RangeResponse, RangeStreamResponse};
@@ -298,6 +298,7 @@ impl Reader {
                 .transport
                 .deadline_at(self.kv.call.call(Deadline::Default).deadline);
             let endpoint = chunks.endpoint().to_owned();
+            let asked = tokio::time::Instant::now();
             let pulled = match at {
                 Some(at) => tokio::time::timeout_at(at, chunks.message())
                     .await
@@ -331,8 +332,11 @@ impl Reader {
                 Err(error) => error,
             };
             self.chunks = None;
+            // A chunk that never came counts against its member as any unanswered attempt
+            // does (`call/attempt.rs`): only when the member's streams fell silent too.
             if matches!(error, Error::Timeout)
                 && let Ok(ep) = self.kv.transport.endpoint(&endpoint)
+                && attempt::silent(&ep, asked, tokio::time::Instant::now())
             {
                 self.kv.transport.learn(&ep, &error);
             }
@@ -368,18 +372,10 @@ impl Kv {
         &self,
         request: RangeRequest,
     ) -> Result<ResponseStream<RangeStreamResponse>> {
-        let rpc = Rpc::RangeStream {
-            serializable: request.serializable,
-        };
         let request = namespace::map(self.namespace.as_ref(), request, Namespace::range_request);
         let chunks = self
             .transport
-            .open_server_stream(
-                rpc,
-                self.call.call(Deadline::Default),
-                request,
-                |c, r| async move { c.kv().range_stream(r).await },
-            )
+            .open_server_stream(self.call.call(Deadline::Default), request)
             .await?;
         Ok(match self.namespace.clone() {
             Some(ns) => chunks.with_map(move |chunk: &mut RangeStreamResponse| {

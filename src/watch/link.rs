@@ -21,7 +21,6 @@ use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchRequest, WatchResponse, watch_request::RequestUnion,
 };
-use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
 /// A stream with no watch left is closed after this long (a watch made soon after reuses it).
@@ -298,12 +297,7 @@ impl HubTask {
         let entry = self.entries.get_mut(&key).expect("popped keys exist");
         entry.state = State::Creating { watch_id };
         let first = entry.create_request(watch_id);
-        let open =
-            self.supervisor.open(
-                Rpc::Watch,
-                first,
-                |c, r| async move { c.watch().watch(r).await },
-            );
+        let open = self.supervisor.open(first);
         Link::Opening {
             open,
             started: now,

@@ -40,7 +40,6 @@ use crate::proto::etcdserverpb::{
     WatchCreateRequest, WatchRequest, WatchResponse, watch_create_request::FilterType,
     watch_request::RequestUnion,
 };
-use crate::rpc::Rpc;
 use crate::stream::ResponseStream;
 
 /// The Watch service. Get one with [`Client::watch`](crate::Client::watch).
@@ -296,12 +295,7 @@ impl Watch {
         first: WatchRequest,
     ) -> Result<(Watcher, ResponseStream<WatchResponse>)> {
         let first = namespace::map(self.namespace.as_ref(), first, Namespace::watch_request);
-        let (tx, mut stream) = self
-            .transport
-            .open_bidi(Rpc::Watch, Call::default(), first, |c, r| async move {
-                c.watch().watch(r).await
-            })
-            .await?;
+        let (tx, mut stream) = self.transport.open_bidi(Call::default(), first).await?;
         if let Some(ns) = self.namespace.clone() {
             stream = stream.with_map(move |r: &mut WatchResponse| ns.watch_response(r));
         }

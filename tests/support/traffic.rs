@@ -30,16 +30,23 @@ const WATCH_CATCH_UP: Duration = Duration::from_secs(10);
 #[derive(Debug, Default)]
 pub struct Seen {
     pub ok: u32,
-    /// Each error that reached the writer, with when it came (`Debug` form, to classify it).
-    pub errors: Vec<(Instant, String)>,
-    /// When the put of each error was sent, in the same order.
-    pub errors_sent: Vec<Instant>,
+    /// Each error that reached the writer.
+    pub errors: Vec<WriteError>,
     /// The acknowledged puts: key and revision.
     pub acked: Vec<(String, i64)>,
     /// When each put was acknowledged, in order.
     pub acked_at: Vec<Instant>,
     /// The keys of puts that failed: each may or may not have been applied.
     pub failed: Vec<String>,
+}
+
+/// A put that failed: when it was sent, when its error came, and the error (`Debug` form, to
+/// classify it).
+#[derive(Debug)]
+pub struct WriteError {
+    pub sent: Instant,
+    pub came: Instant,
+    pub error: String,
 }
 
 impl Seen {
@@ -100,21 +107,8 @@ pub struct Report {
 
 impl Report {
     /// Every error that reached a writer.
-    pub fn write_errors(&self) -> Vec<&(Instant, String)> {
+    pub fn write_errors(&self) -> Vec<&WriteError> {
         self.writers.iter().flat_map(|s| &s.errors).collect()
-    }
-
-    /// Every error that reached a writer, with when its put was sent: (sent, came, error).
-    pub fn write_failures(&self) -> Vec<(Instant, Instant, &str)> {
-        self.writers
-            .iter()
-            .flat_map(|s| {
-                s.errors_sent
-                    .iter()
-                    .zip(&s.errors)
-                    .map(|(sent, (at, e))| (*sent, *at, e.as_str()))
-            })
-            .collect()
     }
 
     /// The longest gap any writer saw.
@@ -146,10 +140,11 @@ impl Report {
                 -(self.stopped_at - *at).as_secs_f64()
             }
         };
-        for (at, e) in self.write_errors() {
+        for e in self.write_errors() {
             println!(
-                "MEASURE {scenario}: write error {e}, came at {:+.3} s from the stop",
-                since_stop(at)
+                "MEASURE {scenario}: write error {}, came at {:+.3} s from the stop",
+                e.error,
+                since_stop(&e.came)
             );
         }
         for (at, e) in &self.reads.errors {
@@ -409,8 +404,11 @@ fn spawn_writer(client: &Client, keys: String, stop: Arc<AtomicBool>) -> JoinHan
                     seen.acked_at.push(Instant::now());
                 }
                 Err(e) => {
-                    seen.errors.push((Instant::now(), format!("{e:?}")));
-                    seen.errors_sent.push(sent);
+                    seen.errors.push(WriteError {
+                        sent,
+                        came: Instant::now(),
+                        error: format!("{e:?}"),
+                    });
                     seen.failed.push(key);
                 }
             }
