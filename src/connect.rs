@@ -115,7 +115,15 @@ where
     while let Ok(Some((ep, latency, result))) =
         tokio::time::timeout_at(settle, attempts.next()).await
     {
-        let Ok(status) = result else { continue };
+        let status = match result {
+            Ok(status) => status,
+            // Learned from as any attempt's refusal (a member that is down is ejected before
+            // the first call is routed), and no reason to fail the connect.
+            Err(status) => {
+                transport.refused(ep, Some(Rpc::Status), status);
+                continue;
+            }
+        };
         let view = RaftView::from_status(&status.into_inner());
         transport.balancer.record_status(ep, view)?;
         ep.on_probe_ok(view.leader_id != 0, latency);
