@@ -207,7 +207,7 @@ impl Transport {
         };
         // A deadline already past (a tiny per-call timeout, or one spent waiting for a leader)
         // sends nothing.
-        if plan.expired(now) {
+        if plan.expired(now, Instant::now) {
             return Err(Error::Timeout);
         }
         let first = self.pick(route, &target, &attempts.tried, now)?;

@@ -41,6 +41,10 @@ pub(crate) const MAX_IN_FLIGHT: usize = 2;
 /// times.
 const LOOK_AGAIN: Duration = Duration::from_millis(25);
 
+/// The resolution of tokio's timers: a deadline nearer than this is checked on the clock, not
+/// left to a timer.
+const TIMER_TICK: Duration = Duration::from_millis(1);
+
 /// Names one attempt of a call.
 pub(crate) type AttemptId = u32;
 
@@ -233,11 +237,19 @@ impl Plan {
         budget() || stalled
     }
 
-    /// Whether the call's deadline has passed at `now`: then nothing more is sent (tokio's
-    /// timer wheel ticks in milliseconds, so a fast answer could otherwise beat a deadline
-    /// that passed before the request left).
-    pub(crate) fn expired(&self, now: Instant) -> bool {
-        self.deadline.is_some_and(|at| at <= now)
+    /// Whether the call's deadline has passed, so that nothing more is sent: judged at `now`
+    /// (the call's own clock reading, taken when it started), or on a fresh reading from
+    /// `clock` when the deadline is within a timer tick of `now`. tokio's timer wheel ticks in
+    /// milliseconds, so a fast answer could otherwise beat a deadline that passed before the
+    /// request left (a 1 us per-call timeout was answered once the call's start time served
+    /// this check: `tests/call_options.rs`).
+    pub(crate) fn expired(&self, now: Instant, clock: impl FnOnce() -> Instant) -> bool {
+        match self.deadline {
+            None => false,
+            Some(at) if at <= now => true,
+            Some(at) if at <= now + TIMER_TICK => at <= clock(),
+            Some(_) => false,
+        }
     }
 
     fn can_hedge(&self) -> bool {

@@ -404,8 +404,14 @@ fn a_retry_waits_for_the_next_leader_only_when_that_wait_is_longer_than_the_back
 #[test]
 fn nothing_is_sent_once_the_deadline_has_passed() {
     let now = Instant::now();
+    let unread = || -> Instant { panic!("a deadline this far needs no clock reading") };
     let plan = Plan::new(config(read()), Some(now + ms(5)));
-    assert!(!plan.expired(now));
-    assert!(plan.expired(now + ms(5)));
-    assert!(!Plan::new(config(read()), None).expired(now + ms(5_000)));
+    assert!(!plan.expired(now, unread));
+    assert!(plan.expired(now + ms(5), unread));
+    assert!(!Plan::new(config(read()), None).expired(now + ms(5_000), unread));
+    // Within a timer tick of the call's own reading, the clock decides: a timer would fire
+    // only at the next tick, after a fast answer.
+    let tiny = Plan::new(config(read()), Some(now + Duration::from_micros(1)));
+    assert!(tiny.expired(now, || now + Duration::from_micros(40)));
+    assert!(!tiny.expired(now, || now));
 }
