@@ -3,7 +3,8 @@
 //! A member about to be stopped (an upgrade, a node rotation, a pod eviction) is drained first:
 //! if it leads, leadership moves to the healthiest other member (MoveLeader, the graceful
 //! handover etcd itself performs on SIGTERM, but done before the stop, under the client's
-//! control); it gets no new call or stream while another member can take them; the lease
+//! control) once the writes other members forward to it are answered (a leader handing over
+//! drops those silently); it gets no new call or stream while another member can take them; the lease
 //! keeper's and the managed watches' streams leave it; and `drain` returns once nothing of this
 //! client waits on it any more, which is when it is safe to stop. Calls made meanwhile never
 //! see an error: they go elsewhere from the start.
@@ -28,6 +29,11 @@ const QUIET_CHECK: Duration = Duration::from_millis(5);
 /// waiting for the new leader go as soon as the target says it leads instead. A Status call is
 /// cheap for etcd (no disk, no consensus), and this lasts only while leadership moves.
 const TARGET_POLL: Duration = Duration::from_millis(5);
+
+/// How long `drain` waits, before it moves leadership, for the leader-bound attempts that
+/// other members forward to the leader: they finish in a round trip or two when the members
+/// serve; past this, a member holding them is not serving and waiting longer saves nothing.
+const FORWARDED_LIMIT: Duration = Duration::from_millis(500);
 
 /// Undoes a drain that did not finish (it failed, or its caller dropped it): the member takes
 /// calls again and, if leadership was moving off it, leader-bound calls stop waiting for a new
@@ -105,6 +111,7 @@ impl Client {
             armed: true,
         };
         if leads {
+            self.forwarded_done(&ep).await;
             self.move_leadership_off(&ep).await?;
         }
         let limit = transport
@@ -135,6 +142,28 @@ impl Client {
     pub fn undrain(&self, endpoint: &str) -> Result<()> {
         self.transport().endpoint(endpoint)?.set_draining(false);
         Ok(())
+    }
+
+    /// Wait (at most [`FORWARDED_LIMIT`]) until no prompt leader-bound attempt is in flight
+    /// on a member other than `leader`. New ones wait for the next leader already (`drain`
+    /// began the outage), but those sent before went through followers (a detour around a
+    /// slow link to the leader, see `balance/pick.rs`) and are forwarded to `leader`, which
+    /// drops forwarded proposals silently while it hands over: moved under them, they would
+    /// wait out their callers' deadlines (seen once in `tests/drain.rs`: a put that began just
+    /// before the drain of a leader timed out after 1 s while every other write went on).
+    async fn forwarded_done(&self, leader: &Arc<Endpoint>) {
+        let until = Instant::now() + FORWARDED_LIMIT;
+        let forwarding = || {
+            self.transport()
+                .balancer
+                .endpoints()
+                .iter()
+                .any(|e| !Arc::ptr_eq(e, leader) && e.leader_bound_in_flight() > 0)
+        };
+        // Ticks of tokio's timer (1 ms): the writes wait for the new leader meanwhile.
+        while forwarding() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     /// Nothing of this client waits on `ep`: no attempt in flight, no supervised stream.

@@ -51,13 +51,15 @@ pub(super) struct Facts {
 impl Facts {
     /// What `e` shows now.
     pub(super) fn of(e: &Endpoint) -> Self {
+        // One lock for all but the drain flag (an atomic the operator sets).
+        let proofs = e.proofs();
         Facts {
-            member_id: e.raft().member_id,
-            healthy: e.state() == HealthState::Healthy,
+            member_id: proofs.member_id,
+            healthy: proofs.health == HealthState::Healthy,
             draining: e.is_draining(),
-            dropped_at: e.dropped_at(),
-            refusals: e.refusals(),
-            read_ok: e.linearizable_ok(),
+            dropped_at: proofs.dropped_at,
+            refusals: proofs.refusals,
+            read_ok: proofs.linearizable_ok,
         }
     }
 }

@@ -37,14 +37,15 @@ pub(crate) fn owes(route: Route, prompt: bool) -> bool {
 }
 
 impl Sent {
-    /// An attempt goes to `ep` at `now`; `owes` as [`owes`] says.
+    /// An attempt goes to `ep` at `now`; `owes` as [`owes`] says (such an attempt is also
+    /// counted as leader-bound on its member: see `Endpoint::leader_bound_in_flight`).
     pub(crate) fn start(ep: &Arc<Endpoint>, owes: bool, now: Instant) -> Sent {
         if owes {
             ep.owe(now);
         }
         Sent {
             started: now,
-            _counted: InFlight::start(ep),
+            _counted: InFlight::start(ep, owes),
         }
     }
 

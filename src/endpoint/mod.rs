@@ -43,10 +43,10 @@ pub(crate) use pace::stall_limit;
 pub(crate) use pace::{HEDGE_FLOOR, STALL_FACTOR, STALL_FLOOR};
 pub(crate) use raft_view::RaftView;
 pub(crate) use read_path::clearly_slower;
-use refusals::RefusalLog;
 pub(crate) use refusals::Refusals;
 use silence::Silence;
 use state::MemberState;
+pub(crate) use state::Proofs;
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 use version::KnownVersion;
 pub use version::{ParseVersionError, ServerVersion};
@@ -64,8 +64,6 @@ pub(crate) struct Endpoint {
     state: Mutex<MemberState>,
     /// How long its linearizable reads took (what a leader-bound call costs through it).
     read_path: read_path::ReadPath,
-    /// Connections it refused since it last answered (`refusals.rs`).
-    refused: RefusalLog,
     /// Cancelled when the endpoint leaves the set (member removed) or the client goes away;
     /// stops its prober.
     pub(crate) cancel: CancellationToken,
@@ -81,6 +79,9 @@ pub(crate) struct Endpoint {
     draining: AtomicBool,
     /// Attempts of typed calls and balanced-channel requests now waiting on this member.
     in_flight: AtomicUsize,
+    /// Those of them that need the leader and are prompt (see `call::attempt::owes`): on a
+    /// follower, forwarded to the leader (see [`Endpoint::leader_bound_in_flight`]).
+    leader_bound_in_flight: AtomicUsize,
     /// Times it was ejected (for [`Client::call_stats`](crate::Client::call_stats)).
     ejections: AtomicU64,
     /// Times it became suspected (same).
@@ -101,19 +102,33 @@ pub(crate) struct Endpoint {
 }
 
 /// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
-pub(crate) struct InFlight(Arc<Endpoint>);
+pub(crate) struct InFlight {
+    ep: Arc<Endpoint>,
+    leader_bound: bool,
+}
 
 impl InFlight {
-    /// An attempt to `ep` starts.
-    pub(crate) fn start(ep: &Arc<Endpoint>) -> Self {
+    /// An attempt to `ep` starts; `leader_bound`: a prompt one that needs the leader.
+    pub(crate) fn start(ep: &Arc<Endpoint>, leader_bound: bool) -> Self {
         ep.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(ep.clone())
+        if leader_bound {
+            ep.leader_bound_in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        InFlight {
+            ep: ep.clone(),
+            leader_bound,
+        }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.ep.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.leader_bound {
+            self.ep
+                .leader_bound_in_flight
+                .fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -142,12 +157,12 @@ impl Endpoint {
             channel,
             state: Mutex::new(MemberState::new(config, Instant::now())),
             read_path: read_path::ReadPath::default(),
-            refused: RefusalLog::default(),
             cancel,
             changes,
             strikes: AtomicU32::new(0),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            leader_bound_in_flight: AtomicUsize::new(0),
             ejections: AtomicU64::new(0),
             suspicions: AtomicU64::new(0),
             suspected_news: tokio::sync::watch::Sender::new(()),
@@ -303,8 +318,7 @@ impl Endpoint {
     /// A request here succeeded at `now`, in `latency`.
     pub(crate) fn on_success(&self, latency: Duration, now: Instant) {
         self.strikes.store(0, Ordering::Relaxed);
-        self.refused.answered();
-        self.with_health(|h| h.on_success(latency, now));
+        self.update(|s| s.answered(latency, now));
     }
 
     /// A request or probe here failed.
@@ -341,11 +355,18 @@ impl Endpoint {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Prompt attempts that need the leader now waiting on this member. On a follower they are
+    /// forwarded to the leader, and a leader handing over drops forwarded proposals silently
+    /// (they would wait out their deadline): `Client::drain` lets them finish before it moves
+    /// leadership.
+    pub(crate) fn leader_bound_in_flight(&self) -> usize {
+        self.leader_bound_in_flight.load(Ordering::Relaxed)
+    }
+
     /// A probe answered in `latency` (`has_leader`: its member has a working leader). It also
     /// clears a suspicion raised before the probe was sent.
     pub(crate) fn on_probe_ok(&self, has_leader: bool, latency: Duration) {
         let now = Instant::now();
-        self.refused.answered();
         self.update(|s| s.probe_answered(has_leader, latency, now));
     }
 
@@ -363,22 +384,23 @@ impl Endpoint {
 
     /// A connection to this member was refused at `now`.
     pub(crate) fn set_refused(&self, now: Instant) {
-        self.refused.refused(now);
+        self.lock().refused.refused(now);
     }
 
     /// The refusals since this member last answered, if any.
+    #[cfg(test)]
     pub(crate) fn refusals(&self) -> Option<Refusals> {
-        self.refused.get()
+        self.lock().refused.get()
+    }
+
+    /// What the leader-outage rule reads of this member, under one lock at one instant.
+    pub(crate) fn proofs(&self) -> Proofs {
+        self.lock().proofs(Instant::now())
     }
 
     /// This member, leading, dropped a proposal at `at`.
     pub(crate) fn set_dropped(&self, at: Instant) {
         self.lock().dropped_at = Some(at);
-    }
-
-    /// When this member, leading, last dropped a proposal.
-    pub(crate) fn dropped_at(&self) -> Option<Instant> {
-        self.lock().dropped_at
     }
 
     pub(crate) fn raft(&self) -> RaftView {

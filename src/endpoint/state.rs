@@ -1,6 +1,7 @@
 //! What one member's state holds that changes together, behind the endpoint's one lock: its
-//! health, its raft view, its pace, and the two proofs the leader-outage rule reads (its last
-//! linearizable read, its last dropped proposal). No IO and no clock of its own: every method
+//! health, its raft view, its pace, and the proofs the leader-outage rule reads (its last
+//! linearizable read, its last dropped proposal, the connections it refused since it last
+//! answered). No IO and no clock of its own: every method
 //! takes `now`, so the combined rules are tested with a fake clock below.
 //!
 //! One lock, not one per part: a reader (the pick's [`Candidate`](super::Candidate), the
@@ -11,9 +12,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::health::{Health, HealthConfig};
+use super::health::{Health, HealthConfig, HealthState};
 use super::pace::Pace;
 use super::raft_view::RaftView;
+use super::refusals::{RefusalLog, Refusals};
 
 /// One member's state (see the module docs).
 #[derive(Debug)]
@@ -31,6 +33,24 @@ pub(super) struct MemberState {
     /// handing leadership over, and drops what followers forward to it too, silently, until
     /// the transfer ends (see `Balancer::leader_outage`).
     pub(super) dropped_at: Option<Instant>,
+    /// Connections it refused since it last answered (see `refusals.rs`).
+    pub(super) refused: RefusalLog,
+}
+
+/// What the leader-outage rule (`balance/outage_rule.rs`) reads of one member, all of it at
+/// one instant.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Proofs {
+    /// Its raft member id (0: not known yet).
+    pub(crate) member_id: u64,
+    /// Its health state.
+    pub(crate) health: HealthState,
+    /// When it last dropped a proposal of ours, leading.
+    pub(crate) dropped_at: Option<Instant>,
+    /// The connections it refused since it last answered.
+    pub(crate) refusals: Option<Refusals>,
+    /// Start of the last probe that served a linearizable read here.
+    pub(crate) linearizable_ok: Option<Instant>,
 }
 
 impl MemberState {
@@ -42,7 +62,26 @@ impl MemberState {
             pace: Pace::new(now),
             linearizable_ok: None,
             dropped_at: None,
+            refused: RefusalLog::default(),
         }
+    }
+
+    /// What the leader-outage rule reads of this member at `now`.
+    pub(super) fn proofs(&self, now: Instant) -> Proofs {
+        Proofs {
+            member_id: self.raft.member_id,
+            health: self.health.state_at(now),
+            dropped_at: self.dropped_at,
+            refusals: self.refused.get(),
+            linearizable_ok: self.linearizable_ok,
+        }
+    }
+
+    /// A call here was answered at `now` in `latency`: health learns it, and whatever refused
+    /// connections before is listening again.
+    pub(super) fn answered(&mut self, latency: Duration, now: Instant) {
+        self.refused.answered();
+        self.health.on_success(latency, now);
     }
 
     /// What the client knows of this member's pace apart from a stream's own answers: the
@@ -57,6 +96,7 @@ impl MemberState {
     pub(super) fn probe_answered(&mut self, has_leader: bool, latency: Duration, now: Instant) {
         self.pace
             .probe_answered(now.checked_sub(latency).unwrap_or(now));
+        self.refused.answered();
         self.health.on_probe_ok(has_leader, latency, now);
     }
 }
@@ -91,6 +131,29 @@ mod tests {
         // Sent at 5 ms, before the suspicion: it proves nothing about the stall.
         state.probe_answered(true, ms(25), t0 + ms(30));
         assert!(state.pace.is_suspected(t0 + ms(30)));
+    }
+
+    #[test]
+    fn an_answer_or_a_probe_ends_the_refusals_the_outage_rule_reads() {
+        let t0 = Instant::now();
+        let mut state = MemberState::new(HealthConfig::default(), t0);
+        state.raft.member_id = 7;
+        state.refused.refused(t0);
+        state.refused.refused(t0 + ms(5));
+        let proofs = state.proofs(t0 + ms(5));
+        assert_eq!(proofs.member_id, 7);
+        assert_eq!(
+            proofs.refusals,
+            Some(Refusals {
+                first: t0,
+                last: t0 + ms(5)
+            })
+        );
+        state.answered(ms(1), t0 + ms(10));
+        assert_eq!(state.proofs(t0 + ms(10)).refusals, None);
+        state.refused.refused(t0 + ms(20));
+        state.probe_answered(true, ms(2), t0 + ms(30));
+        assert_eq!(state.proofs(t0 + ms(30)).refusals, None);
     }
 
     #[test]

@@ -48,3 +48,19 @@ async fn health_transitions_wake_subscribers_and_nothing_else_does() {
     ep.on_failure(Failure::Unreachable, &"connection refused");
     assert!(!seen.has_changed().unwrap());
 }
+
+#[tokio::test(start_paused = true)]
+async fn leader_bound_attempts_are_counted_apart_until_they_end() {
+    let (changes, _) = tokio::sync::watch::channel(());
+    let ep = endpoint(changes);
+    let read = InFlight::start(&ep, false);
+    let put = InFlight::start(&ep, true);
+    let second = InFlight::start(&ep, true);
+    assert_eq!((ep.in_flight(), ep.leader_bound_in_flight()), (3, 2));
+    drop(put);
+    assert_eq!((ep.in_flight(), ep.leader_bound_in_flight()), (2, 1));
+    drop(read);
+    assert_eq!((ep.in_flight(), ep.leader_bound_in_flight()), (1, 1));
+    drop(second);
+    assert_eq!((ep.in_flight(), ep.leader_bound_in_flight()), (0, 0));
+}
