@@ -1,4 +1,5 @@
-//! [`ResponseStream`]: a server stream whose errors arrive as typed [`Error`]s.
+//! [`ResponseStream`]: a server stream whose errors arrive as typed [`Error`]s and, for a
+//! stream handed to a user, teach the balancer about the member that served it.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -6,10 +7,14 @@ use std::task::{Context, Poll};
 
 use futures_util::Stream;
 
+use crate::balance::Balancer;
+use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 
 /// Messages from a gRPC server stream (watch, keep-alive, snapshot, observe), with errors
-/// translated like every other call's.
+/// translated like every other call's. A failure also teaches the client about the member,
+/// as a failed call's does: a lost connection ejects it, so the next calls and streams go
+/// elsewhere at once.
 ///
 /// It is a [`Stream`]; [`message`](Self::message) is the same without importing `StreamExt`.
 ///
@@ -29,17 +34,66 @@ pub struct ResponseStream<T> {
     endpoint: Arc<str>,
     /// Applied to every message before it is handed out (a namespaced watch strips its keys).
     map: Option<MapFn<T>>,
+    /// Who learns from the stream's failure, for a stream handed to a user (see
+    /// [`ResponseStream::learning`]).
+    learner: Option<Learner>,
+}
+
+/// The balancer, to learn what a broken user stream says about its member.
+struct Learner {
+    balancer: Arc<Balancer>,
+    ep: Arc<Endpoint>,
 }
 
 /// What a stream does to each message (see [`ResponseStream::with_map`]).
 type MapFn<T> = Arc<dyn Fn(&mut T) + Send + Sync>;
 
 impl<T> ResponseStream<T> {
+    /// A stream whose owner judges its failures itself (the keeper's and the watch hub's
+    /// supervised streams blame their member by their own rules).
     pub(crate) fn new(inner: tonic::Streaming<T>, endpoint: Arc<str>) -> Self {
         ResponseStream {
             inner,
             endpoint,
             map: None,
+            learner: None,
+        }
+    }
+
+    /// A stream handed to a user (a raw watch or keep-alive, a snapshot, an observe, a range
+    /// stream's chunks): its failure teaches the balancer about `ep` as a failed call's does
+    /// (a lost connection ejects the member, `no leader` marks it, a leader that lost its
+    /// leadership is forgotten). Nobody else would learn it: the user's stream is the one
+    /// thing on that member that saw it break.
+    pub(crate) fn learning(
+        inner: tonic::Streaming<T>,
+        ep: Arc<Endpoint>,
+        balancer: Arc<Balancer>,
+    ) -> Self {
+        ResponseStream {
+            inner,
+            endpoint: ep.url.clone(),
+            map: None,
+            learner: Some(Learner { balancer, ep }),
+        }
+    }
+
+    /// One pulled item, mapped, or its error translated (and learned from).
+    fn judge(&self, pulled: std::result::Result<T, tonic::Status>) -> Result<T> {
+        match pulled {
+            Ok(mut m) => {
+                if let Some(map) = &self.map {
+                    map(&mut m);
+                }
+                Ok(m)
+            }
+            Err(status) => {
+                let error = Error::from_status(status, &self.endpoint);
+                if let Some(Learner { balancer, ep }) = &self.learner {
+                    balancer.learn(ep, &error);
+                }
+                Err(error)
+            }
         }
     }
 
@@ -58,15 +112,8 @@ impl<T> ResponseStream<T> {
     /// # }
     /// ```
     pub async fn message(&mut self) -> Result<Option<T>> {
-        match self.inner.message().await {
-            Ok(mut m) => {
-                if let (Some(map), Some(m)) = (&self.map, &mut m) {
-                    map(m);
-                }
-                Ok(m)
-            }
-            Err(status) => Err(Error::from_status(status, &self.endpoint)),
-        }
+        let pulled = self.inner.message().await.transpose();
+        pulled.map(|p| self.judge(p)).transpose()
     }
 
     /// The endpoint URL of the member serving this stream.
@@ -92,19 +139,10 @@ impl<T> std::fmt::Debug for ResponseStream<T> {
 impl<T> Stream for ResponseStream<T> {
     type Item = Result<T>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let endpoint = self.endpoint.clone();
-        let map = self.map.clone();
-        Pin::new(&mut self.inner).poll_next(cx).map(|item| {
-            item.map(|r| {
-                r.map(|mut m| {
-                    if let Some(map) = &map {
-                        map(&mut m);
-                    }
-                    m
-                })
-                .map_err(|s| Error::from_status(s, &endpoint))
-            })
-        })
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        Pin::new(&mut this.inner)
+            .poll_next(cx)
+            .map(|item| item.map(|pulled| this.judge(pulled)))
     }
 }

@@ -234,6 +234,46 @@ async fn follower_killed() {
     record.check_puts(&client).await;
 }
 
+/// A user's own stream (a raw watch here; a raw keep-alive, a snapshot, an observe and a range
+/// stream's chunks alike) is often the one thing on a member that sees it go: here the probes
+/// come once a minute. Its failure ejects the member at once, as a failed call's does, so the
+/// next stream the user opens goes to a live member instead of the dead one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_streams_failure_ejects_its_member() {
+    let mut cluster = support::cluster3().await;
+    let options = options().with_probe(Duration::from_secs(60), Duration::from_secs(2));
+    let client = Client::connect(cluster.endpoints(), options).await.unwrap();
+    let first = etcd_ha::WatchOptions::new().into_request(b"user-stream".to_vec());
+    let (_watcher, mut responses) = client.watch().open(first.clone()).await.unwrap();
+    let created = responses.message().await.unwrap().unwrap();
+    assert!(created.created, "{created:?}");
+    let serving = responses.endpoint().to_owned();
+    let member = (0..cluster.len())
+        .find(|&i| cluster.endpoint(i) == serving)
+        .unwrap();
+    let health = |client: &Client| {
+        client
+            .endpoints()
+            .into_iter()
+            .find(|e| e.url == serving)
+            .unwrap()
+            .health
+    };
+    assert_eq!(health(&client), HealthState::Healthy);
+
+    cluster.kill(member);
+    let broken = tokio::time::timeout(Duration::from_secs(5), responses.message())
+        .await
+        .expect("a killed member's stream fails at once");
+    assert!(broken.is_err(), "{broken:?}");
+    // Learned from the stream alone: no probe came since the kill.
+    assert_eq!(health(&client), HealthState::Ejected);
+
+    let (_watcher, mut again) = client.watch().open(first).await.unwrap();
+    assert_ne!(again.endpoint(), serving);
+    assert!(again.message().await.unwrap().unwrap().created);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_client_stays_connected_for_over_a_minute() {
     let cluster = support::cluster3().await;

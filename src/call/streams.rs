@@ -49,16 +49,21 @@ impl Transport {
         tokio::sync::mpsc::Sender<Req>,
         crate::stream::ResponseStream<Req::Response>,
     )> {
-        self.open_bidi_buffered(how, first, STREAM_REQUEST_BUFFER)
+        self.open_bidi_buffered(how, first, STREAM_REQUEST_BUFFER, true)
             .await
     }
 
-    /// [`open_bidi`](Self::open_bidi) with room for `buffer` queued requests.
+    /// [`open_bidi`](Self::open_bidi) with room for `buffer` queued requests; `learns`: the
+    /// stream's failure teaches the balancer (see [`ResponseStream::learning`]), for a
+    /// stream whose owner does not judge it itself.
+    ///
+    /// [`ResponseStream::learning`]: crate::stream::ResponseStream::learning
     async fn open_bidi_buffered<Req: BidiRpc>(
         &self,
         how: Call,
         first: Req,
         buffer: usize,
+        learns: bool,
     ) -> Result<(
         tokio::sync::mpsc::Sender<Req>,
         crate::stream::ResponseStream<Req::Response>,
@@ -77,7 +82,11 @@ impl Transport {
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
             .expect("make ran before the stream opened");
-        let stream = crate::stream::ResponseStream::new(streaming, ep.url.clone());
+        let stream = if learns {
+            crate::stream::ResponseStream::learning(streaming, ep, self.balancer.clone())
+        } else {
+            crate::stream::ResponseStream::new(streaming, ep.url.clone())
+        };
         Ok((tx, stream))
     }
 
@@ -94,7 +103,8 @@ impl Transport {
         crate::stream::ResponseStream<Req::Response>,
         Arc<Endpoint>,
     )> {
-        let opening = self.open_bidi_buffered(Call::default(), first, buffer);
+        // Its owner blames the member by its own rules (a supervised stream's silence).
+        let opening = self.open_bidi_buffered(Call::default(), first, buffer, false);
         let (tx, answers) = tokio::time::timeout(limit, opening)
             .await
             .map_err(|_| Error::Timeout)??;
@@ -112,9 +122,10 @@ impl Transport {
         let (ep, streaming) = self
             .open_stream(rpc, how, || message.clone(), Req::open)
             .await?;
-        Ok(crate::stream::ResponseStream::new(
+        Ok(crate::stream::ResponseStream::learning(
             streaming,
-            ep.url.clone(),
+            ep,
+            self.balancer.clone(),
         ))
     }
 }
