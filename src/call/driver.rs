@@ -138,23 +138,19 @@ impl Transport {
         let deadline = self.deadline_from(deadline, start);
         let config = self.plan_config(rpc, &target, stream, deadline.is_some());
         let mut plan = Plan::new(config, deadline);
-        // The member's own hedge delay, for the calls that hedge (the others need none).
+        // The member's hedge delay, for the calls that hedge (the others need none), as
+        // `plan::hedge_pace` says.
         let cap = self.options.attempt_timeout;
-        // A member with too few recent answers to know its pace (new, or silent for the
-        // latency window: a stalled member that was ejected and came back) takes the slowest
-        // known pace of the others, not the cap: else a read sent to it while it is still
-        // stalled would wait the whole attempt timeout (the 300 ms outliers issue 12's tests
-        // saw). The cap still applies when no member's pace is known.
         let paced = |ep: &Endpoint, now: Instant| {
             if !config.hedging {
                 return None;
             }
-            ep.hedge_delay(cap, now).or_else(|| {
+            plan::hedge_pace(ep.hedge_delay(cap, now), || {
                 let endpoints = self.balancer.endpoints();
                 endpoints
                     .iter()
-                    .filter_map(|other| other.hedge_delay(cap, now))
-                    .max()
+                    .map(|other| other.hedge_delay(cap, now))
+                    .collect::<SmallVec<[_; 8]>>()
             })
         };
         let owes = attempt::owes(route, config.prompt);

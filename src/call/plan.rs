@@ -16,6 +16,8 @@
 //!   one) waits for the cap, one at the cap looks again a cap later ([`Plan::hedge_refused`]);
 //! - a retry waits for the next leader instead of its backoff when that wait can be longer
 //!   ([`retry_wait`]);
+//! - an attempt to a member of unknown pace hedges at the slowest known pace of the others,
+//!   not at the cap ([`hedge_pace`]);
 //! - a definite answer (success, or an error that is not retryable) from any attempt wins;
 //! - a mutation is never sent again after an ambiguous failure (the retry policy says so);
 //! - the token is renewed at most once per call;
@@ -403,6 +405,19 @@ pub(crate) fn retry_wait(
         Some(until) if until >= now + after => RetryWait::Leader(until),
         _ => RetryWait::Backoff,
     }
+}
+
+/// The hedge delay of an attempt to a member whose own is `own` (`None`: too few recent
+/// answers to know its pace, as for a new member, or one silent for the latency window: a
+/// stalled member that was ejected and came back), where the other members' are `others`: its
+/// own when known, else the slowest known of the others, and `None` (the cap) when no member's
+/// pace is known. Not the cap for a member of unknown pace: a read sent to it while it still
+/// stalls would wait the whole attempt timeout (the 300 ms outliers issue 12's tests saw).
+pub(crate) fn hedge_pace<I>(own: Option<Duration>, others: impl FnOnce() -> I) -> Option<Duration>
+where
+    I: IntoIterator<Item = Option<Duration>>,
+{
+    own.or_else(|| others().into_iter().flatten().max())
 }
 
 /// Whether a failed call should log in again and be retried once: etcd rejected the token

@@ -415,3 +415,14 @@ fn nothing_is_sent_once_the_deadline_has_passed() {
     assert!(tiny.expired(now, || now + Duration::from_micros(40)));
     assert!(!tiny.expired(now, || now));
 }
+
+#[test]
+fn a_member_of_unknown_pace_hedges_at_the_slowest_known_pace_of_the_others() {
+    let others = || [Some(ms(20)), None, Some(ms(45))];
+    // Its own pace, when known, whatever the others'.
+    assert_eq!(hedge_pace(Some(ms(5)), others), Some(ms(5)));
+    // Unknown: the slowest known of the others, not the cap.
+    assert_eq!(hedge_pace(None, others), Some(ms(45)));
+    // Nobody's known: the cap (`None`).
+    assert_eq!(hedge_pace(None, || [None, None]), None);
+}
