@@ -395,7 +395,7 @@ impl Balancer {
         // A stalled leader that the others are served by (only our link to it broke) takes no
         // leader-bound call: a follower forwards it to the leader instead.
         let forwarded: Vec<Arc<Endpoint>>;
-        let pool: &[Arc<Endpoint>] = match self.stalled_but_served(route, pool) {
+        let pool: &[Arc<Endpoint>] = match self.stalled_but_served(route, pool, &endpoints) {
             Some(stalled) => {
                 let keep: Vec<bool> = pool.iter().map(|e| !Arc::ptr_eq(e, &stalled)).collect();
                 (forwarded, candidates) = kept(pool, candidates, &keep);
@@ -413,11 +413,16 @@ impl Balancer {
 
     /// The leader's endpoint, for a leader-bound `route`, when it stalled while another member
     /// in `pool` has served since; `None` almost always (no stall: nothing is filtered).
-    fn stalled_but_served(&self, route: Route, pool: &[Arc<Endpoint>]) -> Option<Arc<Endpoint>> {
+    fn stalled_but_served(
+        &self,
+        route: Route,
+        pool: &[Arc<Endpoint>],
+        endpoints: &[Arc<Endpoint>],
+    ) -> Option<Arc<Endpoint>> {
         if route != Route::Leader {
             return None;
         }
-        match self.leader_stall() {
+        match self.leader_stall_in(endpoints) {
             Some((ep, _, true)) if pool.len() > 1 && pool.iter().any(|e| Arc::ptr_eq(e, &ep)) => {
                 Some(ep)
             }

@@ -42,16 +42,31 @@ impl Balancer {
     /// another member has served a linearizable read since (then the leader is alive behind
     /// its peers and only our link to it is broken).
     pub(super) fn leader_stall(&self) -> Option<(Arc<Endpoint>, Instant, bool)> {
+        // Nobody owes an answer (the common case): one atomic per member, read in place
+        // (no copy of the set, no look at the leader view).
+        if !self.endpoints.borrow().iter().any(|e| e.owes()) {
+            return None;
+        }
+        self.leader_stall_in(&self.endpoints())
+    }
+
+    /// [`leader_stall`](Self::leader_stall) among `endpoints`, the set the caller holds.
+    pub(super) fn leader_stall_in(
+        &self,
+        endpoints: &[Arc<Endpoint>],
+    ) -> Option<(Arc<Endpoint>, Instant, bool)> {
+        // The silence first: one atomic per member, no clock and no look at the leader view,
+        // unless one owes answers (the common case; every leader-bound call asks twice).
+        let mut stalled = endpoints
+            .iter()
+            .filter_map(|e| e.stalled_since().map(|since| (e, since)))
+            .peekable();
+        stalled.peek()?;
         let leader = self.leader_id();
         if leader == 0 {
             return None;
         }
-        let endpoints = self.endpoints();
-        // The silence first: one atomic per member unless one owes answers (the common case).
-        let (ep, since) = endpoints
-            .iter()
-            .filter_map(|e| e.stalled_since().map(|since| (e, since)))
-            .find(|(e, _)| e.raft().member_id == leader)?;
+        let (ep, since) = stalled.find(|(e, _)| e.raft().member_id == leader)?;
         // Whatever that member's own health: its read proves the leader alive (a loaded box
         // can leave a follower on probation; waiting on would hold the calls to their end).
         let served_elsewhere = endpoints

@@ -65,12 +65,10 @@ pub(crate) fn answered(
 ) -> Instant {
     let now = Instant::now();
     let latency = now.saturating_duration_since(started);
-    ep.on_success(latency, now);
+    // Health and pace in one lock.
+    ep.on_success_paced(latency, pace_cap, now);
     if owed {
         ep.served();
-    }
-    if let Some(cap) = pace_cap {
-        ep.on_answer(latency, cap, now);
     }
     now
 }

@@ -188,7 +188,7 @@ impl Transport {
         let mut attempts = Attempts {
             members: SmallVec::new(),
             // Members that said lately they lack the method count as tried: the last choice.
-            tried: SmallVec::from_vec(self.methods.refusing(rpc, &self.balancer.endpoints())),
+            tried: SmallVec::from_vec(self.methods.refusing(rpc, || self.balancer.endpoints())),
         };
         let first_slot = std::pin::pin!(None);
         let mut running = Running::new(first_slot);

@@ -384,10 +384,11 @@ impl Transport {
     ) -> Result<Arc<Endpoint>> {
         match target {
             Target::Member(ep) => Ok(ep.clone()),
-            Target::Any | Target::Route(_) => self
-                .balancer
-                .pick_at(route, tried, now)
-                .ok_or(Error::NoEndpoints),
+            // A match, not `ok_or`: that builds the error on every call and drops it unused.
+            Target::Any | Target::Route(_) => match self.balancer.pick_at(route, tried, now) {
+                Some(ep) => Ok(ep),
+                None => Err(Error::NoEndpoints),
+            },
         }
     }
 }

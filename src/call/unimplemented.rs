@@ -77,8 +77,13 @@ impl Methods {
     }
 
     /// The members of `endpoints` that lately answered they do not have `rpc`'s method, or
-    /// whose version says so (see [`lacks_by_version`]).
-    pub(crate) fn refusing(&self, rpc: Rpc, endpoints: &[Arc<Endpoint>]) -> Vec<Arc<str>> {
+    /// whose version says so (see [`lacks_by_version`]). The set is asked for only for a
+    /// method some versions lack (not on a put's or a get's path).
+    pub(crate) fn refusing(
+        &self,
+        rpc: Rpc,
+        endpoints: impl FnOnce() -> Arc<Vec<Arc<Endpoint>>>,
+    ) -> Vec<Arc<str>> {
         let mut refusing = if self.any.load(Ordering::Relaxed) {
             let mut table = self.table();
             let now = Instant::now();
@@ -90,7 +95,7 @@ impl Methods {
             Vec::new()
         };
         if version_gated(rpc) {
-            for ep in endpoints {
+            for ep in endpoints().iter() {
                 if lacks_by_version(ep, rpc) && !refusing.contains(&ep.url) {
                     refusing.push(ep.url.clone());
                 }

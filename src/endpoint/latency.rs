@@ -55,6 +55,10 @@ pub(crate) struct LatencyWindow {
     top: usize,
     /// When `current` started collecting.
     rotated_at: Instant,
+    /// The last quantile read (`q`'s bits, its answer), until a sample or a rotation changes
+    /// the window: every hedging call reads the tail before it is sent, and most read the
+    /// window as its answer left it.
+    memo: Option<(u64, Option<Duration>)>,
 }
 
 /// The bucket of a latency: `2 * floor(log2 µs)`, plus one in the upper half of the octave.
@@ -89,6 +93,7 @@ impl LatencyWindow {
             previous_n: 0,
             top: 0,
             rotated_at: now,
+            memo: None,
         }
     }
 
@@ -127,6 +132,7 @@ impl LatencyWindow {
         self.current_n = 0;
         self.top = self.previous.iter().rposition(|&c| c > 0).unwrap_or(0);
         self.rotated_at = now;
+        self.memo = None;
     }
 
     /// Halve the previous generation's counts.
@@ -145,6 +151,7 @@ impl LatencyWindow {
     /// One answer took `latency`, seen at `now`.
     pub(crate) fn record(&mut self, latency: Duration, now: Instant) {
         self.rotate(now);
+        self.memo = None;
         let b = bucket(latency);
         self.top = self.top.max(b);
         self.current[b] = self.current[b].saturating_add(1);
@@ -161,6 +168,18 @@ impl LatencyWindow {
     /// bound; `None` with fewer than [`MIN_SAMPLES`].
     pub(crate) fn quantile(&mut self, q: f64, now: Instant) -> Option<Duration> {
         let n = self.samples(now);
+        if let Some((bits, known)) = self.memo
+            && bits == q.to_bits()
+        {
+            return known;
+        }
+        let known = self.count_quantile(q, n);
+        self.memo = Some((q.to_bits(), known));
+        known
+    }
+
+    /// [`quantile`](Self::quantile) of the window as it is, with `n` samples.
+    fn count_quantile(&self, q: f64, n: u32) -> Option<Duration> {
         if n < MIN_SAMPLES {
             return None;
         }
@@ -261,6 +280,37 @@ mod tests {
                 tokio::time::advance(GENERATION * (1 + (next() % 3) as u32)).await;
             }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_remembered_quantile_is_forgotten_by_a_sample_or_a_rotation() {
+        let (fast, slow) = (us(200), us(5_000));
+        let mut w = LatencyWindow::new(Instant::now());
+        for _ in 0..100 {
+            w.record(slow, Instant::now());
+        }
+        tokio::time::advance(GENERATION).await;
+        for _ in 0..100 {
+            w.record(fast, Instant::now());
+        }
+        // Half of the window is slow: its median is fast, its p99 slow (another quantile is
+        // not the remembered one), read twice (the second from memory).
+        let slow_tail = Some(upper_bound(bucket(slow)));
+        assert_eq!(
+            w.quantile(0.5, Instant::now()),
+            Some(upper_bound(bucket(fast)))
+        );
+        assert_eq!(w.quantile(0.99, Instant::now()), slow_tail);
+        assert_eq!(w.quantile(0.99, Instant::now()), slow_tail);
+        // The rotation forgets the slow generation: the tail is fast now.
+        tokio::time::advance(GENERATION).await;
+        let fast_tail = Some(upper_bound(bucket(fast)));
+        assert_eq!(w.quantile(0.99, Instant::now()), fast_tail);
+        // A sample changes it again.
+        for _ in 0..10 {
+            w.record(slow, Instant::now());
+        }
+        assert_eq!(w.quantile(0.99, Instant::now()), slow_tail);
     }
 
     #[tokio::test(start_paused = true)]

@@ -191,6 +191,7 @@ impl Endpoint {
 
     /// A hedgeable call here answered at `now` in `latency`; `cap` bounds its hedge delay.
     /// Feeds the latency window; a timely answer clears a suspicion.
+    #[cfg(test)]
     pub(crate) fn on_answer(&self, latency: Duration, cap: Duration, now: Instant) {
         self.with_pace(|p| p.answered(latency, cap, now));
     }
@@ -214,6 +215,11 @@ impl Endpoint {
     /// this member at `now`: it owes an answer until it serves one (see [`silence`]).
     pub(crate) fn owe(&self, now: Instant) {
         self.silence.owe(now);
+    }
+
+    /// Whether this member owes an answer that needs the leader (one atomic load).
+    pub(crate) fn owes(&self) -> bool {
+        self.silence.owes()
     }
 
     /// This member served a request that needed the leader: it owes nothing.
@@ -316,9 +322,28 @@ impl Endpoint {
     }
 
     /// A request here succeeded at `now`, in `latency`.
+    #[cfg(test)]
     pub(crate) fn on_success(&self, latency: Duration, now: Instant) {
+        self.on_success_paced(latency, None, now);
+    }
+
+    /// [`on_success`](Self::on_success) for a call that hedges at this member's pace, bounded
+    /// by `pace_cap`: the answer feeds the pace too, in the same lock (see [`on_answer`]).
+    ///
+    /// [`on_answer`]: Self::on_answer
+    pub(crate) fn on_success_paced(
+        &self,
+        latency: Duration,
+        pace_cap: Option<Duration>,
+        now: Instant,
+    ) {
         self.strikes.store(0, Ordering::Relaxed);
-        self.update(|s| s.answered(latency, now));
+        self.update(|s| {
+            s.answered(latency, now);
+            if let Some(cap) = pace_cap {
+                s.pace.answered(latency, cap, now);
+            }
+        });
     }
 
     /// A request or probe here failed.

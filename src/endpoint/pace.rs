@@ -120,9 +120,13 @@ impl Pace {
     /// hedge delay (`cap` without history) clears a suspicion.
     pub(crate) fn answered(&mut self, latency: Duration, cap: Duration, now: Instant) {
         self.window.record(latency, now);
-        let due = self.hedge_delay(cap, now).unwrap_or(cap);
-        if latency <= due {
-            self.suspected_at = None;
+        // The hedge delay only when there is a suspicion to clear: the window's quantile is
+        // read once a call (before it is sent), not twice.
+        if self.suspected_at.is_some() {
+            let due = self.hedge_delay(cap, now).unwrap_or(cap);
+            if latency <= due {
+                self.suspected_at = None;
+            }
         }
     }
 
