@@ -15,7 +15,8 @@
 //! The routing core is a one-way stack; each layer knows nothing of those above it:
 //!
 //! endpoint/       one member: mod.rs (the endpoint), state.rs (what changes together,
-//!                 behind one lock: health, raft view, pace), raft_view.rs, url.rs (parsing,
+//!                 behind one lock: health, raft view, pace, the outage rule's proofs),
+//!                 in_flight.rs (attempts waiting on it), raft_view.rs, url.rs (parsing,
 //!                 dialing, no TLS downgrade), unix.rs (the unix socket connector), health.rs
 //!                 (the state machine), prober.rs (active probes, reporting through a sink),
 //!                 read_path.rs (what a leader-bound call costs through it), candidate.rs and

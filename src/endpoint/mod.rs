@@ -9,6 +9,7 @@ mod candidate;
 mod cluster_id;
 mod health;
 mod heard;
+mod in_flight;
 mod info;
 mod latency;
 mod pace;
@@ -36,6 +37,7 @@ pub use candidate::Candidate;
 pub(crate) use cluster_id::ClusterId;
 pub use health::HealthState;
 pub(crate) use health::{Failure, Health, HealthConfig};
+pub(crate) use in_flight::InFlight;
 pub use info::EndpointInfo;
 use pace::Pace;
 pub(crate) use pace::stall_limit;
@@ -99,37 +101,6 @@ pub(crate) struct Endpoint {
     status_needs_token: AtomicBool,
     /// When its streams last brought news: a late answer ejects it only if they fell silent.
     pub(crate) heard: heard::Heard,
-}
-
-/// Counts one attempt as in flight on its member until dropped (answered, or abandoned).
-pub(crate) struct InFlight {
-    ep: Arc<Endpoint>,
-    leader_bound: bool,
-}
-
-impl InFlight {
-    /// An attempt to `ep` starts; `leader_bound`: a prompt one that needs the leader.
-    pub(crate) fn start(ep: &Arc<Endpoint>, leader_bound: bool) -> Self {
-        ep.in_flight.fetch_add(1, Ordering::Relaxed);
-        if leader_bound {
-            ep.leader_bound_in_flight.fetch_add(1, Ordering::Relaxed);
-        }
-        InFlight {
-            ep: ep.clone(),
-            leader_bound,
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.ep.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if self.leader_bound {
-            self.ep
-                .leader_bound_in_flight
-                .fetch_sub(1, Ordering::Relaxed);
-        }
-    }
 }
 
 /// Tells the client's long-lived streams that some endpoint's health changed (the value is
@@ -373,19 +344,6 @@ impl Endpoint {
             tracing::info!(endpoint = %self.url, draining, "endpoint drain changed");
             self.changes.send_replace(());
         }
-    }
-
-    /// Attempts now waiting on this member.
-    pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-
-    /// Prompt attempts that need the leader now waiting on this member. On a follower they are
-    /// forwarded to the leader, and a leader handing over drops forwarded proposals silently
-    /// (they would wait out their deadline): `Client::drain` lets them finish before it moves
-    /// leadership.
-    pub(crate) fn leader_bound_in_flight(&self) -> usize {
-        self.leader_bound_in_flight.load(Ordering::Relaxed)
     }
 
     /// A probe answered in `latency` (`has_leader`: its member has a working leader). It also
