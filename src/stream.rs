@@ -2,7 +2,7 @@
 //! stream handed to a user, teach the balancer about the member that served it.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use futures_util::Stream;
@@ -39,9 +39,10 @@ pub struct ResponseStream<T> {
     learner: Option<Learner>,
 }
 
-/// The balancer, to learn what a broken user stream says about its member.
+/// The balancer, to learn what a broken user stream says about its member. Weak: a stream
+/// the user keeps must not keep the client's probers alive once the client is gone.
 struct Learner {
-    balancer: Arc<Balancer>,
+    balancer: Weak<Balancer>,
     ep: Arc<Endpoint>,
 }
 
@@ -68,13 +69,16 @@ impl<T> ResponseStream<T> {
     pub(crate) fn learning(
         inner: tonic::Streaming<T>,
         ep: Arc<Endpoint>,
-        balancer: Arc<Balancer>,
+        balancer: &Arc<Balancer>,
     ) -> Self {
         ResponseStream {
             inner,
             endpoint: ep.url.clone(),
             map: None,
-            learner: Some(Learner { balancer, ep }),
+            learner: Some(Learner {
+                balancer: Arc::downgrade(balancer),
+                ep,
+            }),
         }
     }
 
@@ -89,7 +93,9 @@ impl<T> ResponseStream<T> {
             }
             Err(status) => {
                 let error = Error::from_status(status, &self.endpoint);
-                if let Some(Learner { balancer, ep }) = &self.learner {
+                if let Some(Learner { balancer, ep }) = &self.learner
+                    && let Some(balancer) = balancer.upgrade()
+                {
                     balancer.learn(ep, &error);
                 }
                 Err(error)

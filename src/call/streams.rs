@@ -83,7 +83,7 @@ impl Transport {
             .unwrap_or_else(|e| e.into_inner())
             .expect("make ran before the stream opened");
         let stream = if learns {
-            crate::stream::ResponseStream::learning(streaming, ep, self.balancer.clone())
+            crate::stream::ResponseStream::learning(streaming, ep, &self.balancer)
         } else {
             crate::stream::ResponseStream::new(streaming, ep.url.clone())
         };
@@ -125,7 +125,7 @@ impl Transport {
         Ok(crate::stream::ResponseStream::learning(
             streaming,
             ep,
-            self.balancer.clone(),
+            &self.balancer,
         ))
     }
 }
