@@ -366,22 +366,22 @@ impl Balancer {
         if endpoints.is_empty() {
             return None;
         }
+        // One lock per member, for all the pick reads of it.
+        let leader = self.leader_id();
+        let mut candidates: Candidates =
+            endpoints.iter().map(|e| e.candidate(leader, now)).collect();
         // Drained members take no new calls while any other member can. Nothing drains almost
         // always: only then is a filtered copy of the set made.
-        let drained = endpoints.iter().any(|e| e.is_draining());
         let open: Vec<Arc<Endpoint>>;
-        let pool: &[Arc<Endpoint>] = if drained && !endpoints.iter().all(|e| e.is_draining()) {
-            open = endpoints
-                .iter()
-                .filter(|e| !e.is_draining())
-                .cloned()
-                .collect();
-            &open
-        } else {
-            &endpoints
-        };
-        let leader = self.leader_id();
-        let mut candidates: Candidates = pool.iter().map(|e| e.candidate(leader, now)).collect();
+        let draining = |c: &Candidate| c.draining;
+        let pool: &[Arc<Endpoint>] =
+            if candidates.iter().any(draining) && !candidates.iter().all(draining) {
+                let keep: pool::Flags = candidates.iter().map(|c| !c.draining).collect();
+                (open, candidates) = kept(&endpoints, candidates, &keep);
+                &open
+            } else {
+                &endpoints
+            };
         // A member suspected of stalling takes no new call that any healthy member can serve
         // as well; see `avoid_suspected`.
         let steady: Vec<Arc<Endpoint>>;

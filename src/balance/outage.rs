@@ -8,8 +8,8 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use super::Balancer;
-use super::outage_rule::{Facts, outage_over};
-use crate::endpoint::Endpoint;
+use super::outage_rule::outage_over;
+use crate::endpoint::{Endpoint, Proofs};
 
 impl Balancer {
     /// When we lost the leader, if that outage is still on: no other leader has been seen since
@@ -33,7 +33,7 @@ impl Balancer {
 
     fn outage_over(&self, lost_id: u64, since: Instant) -> bool {
         // On the stack: during an outage every waiting call asks on each turn of its wait.
-        let members: SmallVec<[Facts; 8]> = self.endpoints().iter().map(|e| Facts::of(e)).collect();
+        let members: SmallVec<[Proofs; 8]> = self.endpoints().iter().map(|e| e.proofs()).collect();
         outage_over(lost_id, since, &members)
     }
 

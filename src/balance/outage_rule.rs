@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::endpoint::{Endpoint, HealthState, Refusals};
+use crate::endpoint::Proofs;
 
 /// How long a stopping leader takes to hand over when nothing holds its stop up: etcd closes
 /// its client listeners, then transfers leadership at once; the new leader is elected and
@@ -31,41 +31,8 @@ use crate::endpoint::{Endpoint, HealthState, Refusals};
 /// etcd 3.4.23, 3.5.1, 3.5.35, 3.6.16) still saw no write fail after the close.
 pub(crate) const STOP_HANDOVER: Duration = Duration::from_millis(150);
 
-/// What the rule reads of one member: a snapshot, taken once per judgment.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Facts {
-    /// Its raft member id (0: not known yet).
-    pub(super) member_id: u64,
-    /// Healthy by our calls and probes.
-    pub(super) healthy: bool,
-    /// The operator drains it (a leader handing over).
-    pub(super) draining: bool,
-    /// When it last dropped a proposal of ours (leadership changing under it).
-    pub(super) dropped_at: Option<Instant>,
-    /// Its refused connections since it last answered.
-    pub(super) refusals: Option<Refusals>,
-    /// When it last served a linearizable read that began then.
-    pub(super) read_ok: Option<Instant>,
-}
-
-impl Facts {
-    /// What `e` shows now.
-    pub(super) fn of(e: &Endpoint) -> Self {
-        // One lock for all but the drain flag (an atomic the operator sets).
-        let proofs = e.proofs();
-        Facts {
-            member_id: proofs.member_id,
-            healthy: proofs.health == HealthState::Healthy,
-            draining: e.is_draining(),
-            dropped_at: proofs.dropped_at,
-            refusals: proofs.refusals,
-            read_ok: proofs.linearizable_ok,
-        }
-    }
-}
-
 /// Whether the outage of leader `lost_id`, lost at `since`, is over by what `members` show.
-pub(super) fn outage_over(lost_id: u64, since: Instant, members: &[Facts]) -> bool {
+pub(super) fn outage_over(lost_id: u64, since: Instant, members: &[Proofs]) -> bool {
     let lost = members.iter().filter(|m| m.member_id == lost_id);
     // A leader handing over for a drain is healthy and serves reads until the transfer ends,
     // but drops the proposals followers forward to it: only a new leader ends that outage.
@@ -84,7 +51,7 @@ pub(super) fn outage_over(lost_id: u64, since: Instant, members: &[Facts]) -> bo
         m.draining
             || m.dropped_at.is_some_and(|t| t >= since)
             || (m.refusals.is_some_and(|r| r.last >= since)
-                && !m.healthy
+                && !m.healthy()
                 && !stopping_but_leading(m, members))
     });
     if held {
@@ -96,10 +63,10 @@ pub(super) fn outage_over(lost_id: u64, since: Instant, members: &[Facts]) -> bo
     // outage was short (a brief freeze).
     members
         .iter()
-        .any(|m| m.member_id != lost_id && m.read_ok.is_some_and(|t| t > since))
+        .any(|m| m.member_id != lost_id && m.linearizable_ok.is_some_and(|t| t > since))
         || lost
             .clone()
-            .any(|m| m.healthy || stopping_but_leading(m, members))
+            .any(|m| m.healthy() || stopping_but_leading(m, members))
 }
 
 /// Whether `leader`, which refuses our connections, has been stopping for longer than a quick
@@ -114,19 +81,20 @@ pub(super) fn outage_over(lost_id: u64, since: Instant, members: &[Facts]) -> bo
 /// errors at 1 call in flight, where Go's clientv3 lost nothing), so calls go through the
 /// followers. A quick stop hands over within [`STOP_HANDOVER`], before any read can prove
 /// this, and is waited out as before: writes forwarded during the transfer would be dropped.
-fn stopping_but_leading(leader: &Facts, members: &[Facts]) -> bool {
+fn stopping_but_leading(leader: &Proofs, members: &[Proofs]) -> bool {
     let Some(refusals) = leader.refusals else {
         return false;
     };
     let held_open = refusals.first + STOP_HANDOVER;
-    members
-        .iter()
-        .any(|m| m.member_id != leader.member_id && m.read_ok.is_some_and(|t| t >= held_open))
+    members.iter().any(|m| {
+        m.member_id != leader.member_id && m.linearizable_ok.is_some_and(|t| t >= held_open)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::{HealthState, Refusals};
 
     const LOST: u64 = 1;
 
@@ -135,11 +103,18 @@ mod tests {
     }
 
     /// The lost leader (unhealthy, nothing else known) and two followers that served nothing.
-    fn cluster() -> [Facts; 3] {
-        [1, 2, 3].map(|member_id| Facts {
+    fn cluster() -> [Proofs; 3] {
+        [1, 2, 3].map(|member_id| Proofs {
             member_id,
-            healthy: member_id != LOST,
-            ..Facts::default()
+            health: if member_id == LOST {
+                HealthState::Ejected
+            } else {
+                HealthState::Healthy
+            },
+            dropped_at: None,
+            refusals: None,
+            linearizable_ok: None,
+            draining: false,
         })
     }
 
@@ -149,7 +124,7 @@ mod tests {
         assert!(!outage_over(LOST, since, &cluster()));
         // A read that began before the loss proves nothing about the leader since.
         let mut m = cluster();
-        m[1].read_ok = Some(since);
+        m[1].linearizable_ok = Some(since);
         assert!(!outage_over(LOST, since, &m));
     }
 
@@ -157,17 +132,17 @@ mod tests {
     fn a_read_served_elsewhere_after_the_loss_or_the_leader_healthy_again_ends_it() {
         let since = Instant::now();
         let mut m = cluster();
-        m[2].read_ok = Some(since + ms(1));
+        m[2].linearizable_ok = Some(since + ms(1));
         assert!(
             outage_over(LOST, since, &m),
             "the leader is alive behind a follower"
         );
         let mut m = cluster();
-        m[0].healthy = true;
+        m[0].health = HealthState::Healthy;
         assert!(outage_over(LOST, since, &m), "a brief freeze ended");
         // The lost leader's own read is not a follower's proof.
         let mut m = cluster();
-        m[0].read_ok = Some(since + ms(1));
+        m[0].linearizable_ok = Some(since + ms(1));
         assert!(!outage_over(LOST, since, &m));
     }
 
@@ -175,8 +150,8 @@ mod tests {
     fn a_draining_or_dropping_leader_holds_it_whatever_the_reads() {
         let since = Instant::now();
         let mut m = cluster();
-        m[0].healthy = true;
-        m[1].read_ok = Some(since + ms(5));
+        m[0].health = HealthState::Healthy;
+        m[1].linearizable_ok = Some(since + ms(5));
         m[0].draining = true;
         assert!(!outage_over(LOST, since, &m), "draining");
         m[0].draining = false;
@@ -199,10 +174,10 @@ mod tests {
         let mut m = cluster();
         m[0].refusals = Some(Refusals { first, last: first });
         // A follower read soon after the close: a quick hand-over may still be under way.
-        m[1].read_ok = Some(first + STOP_HANDOVER - ms(1));
+        m[1].linearizable_ok = Some(first + STOP_HANDOVER - ms(1));
         assert!(!outage_over(LOST, since, &m), "within a quick hand-over");
         // A read that began past the hand-over: the stop is held open and it still leads.
-        m[1].read_ok = Some(first + STOP_HANDOVER);
+        m[1].linearizable_ok = Some(first + STOP_HANDOVER);
         assert!(outage_over(LOST, since, &m));
         // Refusals that ended before the loss do not hold it.
         let mut m = cluster();
@@ -210,7 +185,7 @@ mod tests {
             first: since - ms(20),
             last: since - ms(10),
         });
-        m[2].read_ok = Some(since + ms(1));
+        m[2].linearizable_ok = Some(since + ms(1));
         assert!(outage_over(LOST, since, &m));
     }
 }

@@ -22,6 +22,9 @@ pub struct Candidate {
     pub(crate) latency: Option<Duration>,
     /// How long the prober's linearizable reads took here; see [`Candidate::leader_path`].
     pub(crate) leader_path: Option<Duration>,
+    /// The operator drains it: the balancer leaves it out of the pick while another member
+    /// can take the call, so a policy sees it only when every member drains.
+    pub(crate) draining: bool,
 }
 
 impl Candidate {
@@ -40,6 +43,7 @@ impl Candidate {
             is_leader,
             latency,
             leader_path: None,
+            draining: false,
         }
     }
 

@@ -24,7 +24,7 @@ mod unix;
 mod url;
 mod version;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -45,6 +45,7 @@ pub(crate) use pace::stall_limit;
 pub(crate) use pace::{HEDGE_FLOOR, STALL_FACTOR, STALL_FLOOR};
 pub(crate) use raft_view::RaftView;
 pub(crate) use read_path::clearly_slower;
+#[cfg(test)]
 pub(crate) use refusals::Refusals;
 use silence::Silence;
 use state::MemberState;
@@ -73,12 +74,6 @@ pub(crate) struct Endpoint {
     /// long-lived streams (keep-alive, watch) leave an ejected member at once instead of at
     /// their next look.
     changes: HealthChanges,
-    /// Answers this member owed past the client's own timers since its last success (see
-    /// [`Endpoint::strike`]).
-    strikes: AtomicU32,
-    /// Drained by the operator (see `Client::drain`): no new calls or streams while another
-    /// member can take them.
-    draining: AtomicBool,
     /// Attempts of typed calls and balanced-channel requests now waiting on this member.
     in_flight: AtomicUsize,
     /// Those of them that need the leader and are prompt (see `call::attempt::owes`): on a
@@ -130,8 +125,6 @@ impl Endpoint {
             read_path: read_path::ReadPath::default(),
             cancel,
             changes,
-            strikes: AtomicU32::new(0),
-            draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             leader_bound_in_flight: AtomicUsize::new(0),
             ejections: AtomicU64::new(0),
@@ -308,7 +301,6 @@ impl Endpoint {
         pace_cap: Option<Duration>,
         now: Instant,
     ) {
-        self.strikes.store(0, Ordering::Relaxed);
         self.update(|s| {
             s.answered(latency, now);
             if let Some(cap) = pace_cap {
@@ -328,19 +320,18 @@ impl Endpoint {
     /// deadline); returns the strikes since the last success. A caller that gives up on its
     /// own never strikes anyone: only our timers know how long a healthy member takes.
     pub(crate) fn strike(&self) -> u32 {
-        self.strikes
-            .fetch_add(1, Ordering::Relaxed)
-            .saturating_add(1)
+        self.lock().strike()
     }
 
     /// Whether the operator drains this member.
     pub(crate) fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
+        self.lock().draining
     }
 
     /// Start or end draining; the long-lived streams hear of it like a health change.
     pub(crate) fn set_draining(&self, draining: bool) {
-        if self.draining.swap(draining, Ordering::Relaxed) != draining {
+        let was = std::mem::replace(&mut self.lock().draining, draining);
+        if was != draining {
             tracing::info!(endpoint = %self.url, draining, "endpoint drain changed");
             self.changes.send_replace(());
         }
@@ -442,6 +433,7 @@ impl Endpoint {
                         .is_none()
                 })
             },
+            draining: state.draining,
         }
     }
 
@@ -460,7 +452,7 @@ impl Endpoint {
             leader_path: self.read_path.confirmed(),
             last_error: h.last_error().map(str::to_owned),
             since: h.since_at(now).into_std(),
-            draining: self.is_draining(),
+            draining: state.draining,
             in_flight: self.in_flight(),
             suspected: state.pace.is_suspected(now),
             version: self.version(),

@@ -1,7 +1,7 @@
 //! What one member's state holds that changes together, behind the endpoint's one lock: its
-//! health, its raft view, its pace, and the proofs the leader-outage rule reads (its last
-//! linearizable read, its last dropped proposal, the connections it refused since it last
-//! answered). No IO and no clock of its own: every method
+//! health, its raft view, its pace, its strikes, whether the operator drains it, and the proofs
+//! the leader-outage rule reads (its last linearizable read, its last dropped proposal, the
+//! connections it refused since it last answered). No IO and no clock of its own: every method
 //! takes `now`, so the combined rules are tested with a fake clock below.
 //!
 //! One lock, not one per part: a reader (the pick's [`Candidate`](super::Candidate), the
@@ -35,6 +35,12 @@ pub(super) struct MemberState {
     pub(super) dropped_at: Option<Instant>,
     /// Connections it refused since it last answered (see `refusals.rs`).
     pub(super) refused: RefusalLog,
+    /// Answers it owed past the client's own timers since a call here last succeeded (see
+    /// [`MemberState::strike`]).
+    strikes: u32,
+    /// Drained by the operator (see `Client::drain`): no new calls or streams while another
+    /// member can take them.
+    pub(super) draining: bool,
 }
 
 /// What the leader-outage rule (`balance/outage_rule.rs`) reads of one member, all of it at
@@ -51,6 +57,15 @@ pub(crate) struct Proofs {
     pub(crate) refusals: Option<Refusals>,
     /// Start of the last probe that served a linearizable read here.
     pub(crate) linearizable_ok: Option<Instant>,
+    /// The operator drains it.
+    pub(crate) draining: bool,
+}
+
+impl Proofs {
+    /// Healthy by our calls and probes.
+    pub(crate) fn healthy(&self) -> bool {
+        self.health == HealthState::Healthy
+    }
 }
 
 impl MemberState {
@@ -63,6 +78,8 @@ impl MemberState {
             linearizable_ok: None,
             dropped_at: None,
             refused: RefusalLog::default(),
+            strikes: 0,
+            draining: false,
         }
     }
 
@@ -74,14 +91,25 @@ impl MemberState {
             dropped_at: self.dropped_at,
             refusals: self.refused.get(),
             linearizable_ok: self.linearizable_ok,
+            draining: self.draining,
         }
     }
 
-    /// A call here was answered at `now` in `latency`: health learns it, and whatever refused
-    /// connections before is listening again.
+    /// A call here was answered at `now` in `latency`: health learns it, whatever refused
+    /// connections before is listening again, and the strikes start over.
     pub(super) fn answered(&mut self, latency: Duration, now: Instant) {
+        self.strikes = 0;
         self.refused.answered();
         self.health.on_success(latency, now);
+    }
+
+    /// Count one answer owed past one of the client's own timers (an attempt timeout, a
+    /// deadline); returns the strikes since a call here last succeeded. A probe's answer
+    /// does not end them: a leader whose link serves probes but lets calls time out is the
+    /// case they count (see `Balancer::learn`).
+    pub(super) fn strike(&mut self) -> u32 {
+        self.strikes = self.strikes.saturating_add(1);
+        self.strikes
     }
 
     /// What the client knows of this member's pace apart from a stream's own answers: the
@@ -154,6 +182,27 @@ mod tests {
         state.refused.refused(t0 + ms(20));
         state.probe_answered(true, ms(2), t0 + ms(30));
         assert_eq!(state.proofs(t0 + ms(30)).refusals, None);
+    }
+
+    #[test]
+    fn strikes_count_up_until_a_call_is_answered_and_a_probe_does_not_end_them() {
+        let t0 = Instant::now();
+        let mut state = MemberState::new(HealthConfig::default(), t0);
+        assert_eq!(state.strike(), 1);
+        assert_eq!(state.strike(), 2);
+        state.probe_answered(true, ms(2), t0 + ms(10));
+        assert_eq!(state.strike(), 3, "a probe's answer is no call's");
+        state.answered(ms(1), t0 + ms(20));
+        assert_eq!(state.strike(), 1, "a call answered: they start over");
+    }
+
+    #[test]
+    fn the_outage_rule_reads_the_drain_with_the_rest() {
+        let t0 = Instant::now();
+        let mut state = MemberState::new(HealthConfig::default(), t0);
+        assert!(!state.proofs(t0).draining);
+        state.draining = true;
+        assert!(state.proofs(t0).draining);
     }
 
     #[test]
