@@ -13,6 +13,7 @@ mod driver;
 mod encoded;
 mod headed;
 mod ledger;
+pub(crate) mod link;
 mod members;
 mod options;
 pub(crate) mod plan;

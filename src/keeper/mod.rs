@@ -10,7 +10,6 @@
 
 mod answers;
 mod kept;
-mod link;
 mod queues;
 mod report;
 mod state;

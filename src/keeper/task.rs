@@ -35,14 +35,22 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::link::{Link, LinkEvent};
 use super::report::{Change, LeaseId, Report};
 use super::state::{Table, View};
 use crate::call::Transport;
+use crate::call::link::{self, Stream};
 use crate::call::supervise::{self, FULL_RETRY, Supervisor};
 use crate::endpoint::Endpoint;
 use crate::error::Error;
-use crate::proto::etcdserverpb::LeaseKeepAliveRequest;
+use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+
+/// An open keep-alive stream.
+type KeepAlive = Stream<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
+/// The keep-alive stream's state: the shared skeleton, never paused, nothing kept beside the
+/// stream.
+type Link = link::Link<LeaseKeepAliveRequest, LeaseKeepAliveResponse, KeepAlive>;
+/// What happened on it.
+type LinkEvent = link::LinkEvent<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
 
 /// At most this many renewals in flight on the stream, and room for as many queued on it, so
 /// that one turn of the task can put a whole window out. The server answers a stream's
@@ -134,7 +142,7 @@ impl KeeperTask {
                 continue;
             }
             link = self.advance(link, now);
-            let mut wake = self.table.next_deadline(matches!(link, Link::Up { .. }));
+            let mut wake = self.table.next_deadline(link.is_up());
             // The next lease to fall at risk, whether or not a stream is up.
             if let Some(at) = self.table.next_risk() {
                 wake = Some(wake.map_or(at, |w| w.min(at)));
@@ -143,21 +151,23 @@ impl KeeperTask {
                 Link::Down { retry_at, .. } => {
                     wake = Some(wake.map_or(*retry_at, |w| w.min(*retry_at)))
                 }
-                Link::Up { tx, .. }
-                    if tx.capacity() == 0 || self.table.in_flight() >= RENEWAL_WINDOW =>
+                Link::Up(stream)
+                    if stream.tx.capacity() == 0 || self.table.in_flight() >= RENEWAL_WINDOW =>
                 {
                     wake = Some(now + FULL_RETRY);
                 }
-                Link::Up { endpoint, .. } => {
+                Link::Up(stream) => {
                     // When the owed renewal becomes overdue by the member's pace (once: past
                     // it, the silence limit is the next thing to wait for).
-                    let (owed, limit) = (self.table.owed_for(now), self.stall_limit(endpoint));
+                    let (owed, limit) =
+                        (self.table.owed_for(now), self.stall_limit(&stream.endpoint));
                     if owed > Duration::ZERO && owed < limit {
                         let at = now + (limit - owed);
                         wake = Some(wake.map_or(at, |w| w.min(at)));
                     }
                 }
-                Link::Opening { .. } => {}
+                // Never paused: the keeper's token travels with each open.
+                Link::Opening { .. } | Link::Paused { .. } => {}
             }
             let sleep = async {
                 match wake {
@@ -233,14 +243,8 @@ impl KeeperTask {
     fn advance(&mut self, link: Link, now: Instant) -> Link {
         match link {
             Link::Down { retry_at, failures } if now >= retry_at => self.open(now, failures),
-            Link::Up {
-                tx,
-                answers,
-                endpoint,
-                opened,
-                failures,
-                suspected,
-            } => {
+            Link::Up(stream) => {
+                let endpoint = &stream.endpoint;
                 if self.table.is_silent(now) {
                     let owed = self.table.owed_for(now);
                     tracing::warn!(
@@ -248,25 +252,19 @@ impl KeeperTask {
                         ?owed,
                         "keep-alive stream silent; reopening elsewhere",
                     );
-                    return self.lost_stream(
-                        &endpoint,
-                        Some(&Error::Timeout),
-                        opened,
-                        failures,
-                        now,
-                    );
+                    return self.lost_stream(&stream, Some(&Error::Timeout), now);
                 }
-                if self.supervisor.better_elsewhere(&endpoint) {
+                if self.supervisor.better_elsewhere(endpoint) {
                     let health = endpoint.state();
                     tracing::info!(
                         endpoint = %endpoint.url,
                         ?health,
                         "keep-alive stream's member is unhealthy; reopening elsewhere"
                     );
-                    return self.lost_stream(&endpoint, None, opened, failures, now);
+                    return self.lost_stream(&stream, None, now);
                 }
                 let owed = self.table.owed_for(now);
-                if owed > Duration::ZERO && owed >= self.stall_limit(&endpoint) {
+                if owed > Duration::ZERO && owed >= self.stall_limit(endpoint) {
                     endpoint.suspect();
                 }
                 // On a follower while the leader is healthy (a stream opened during an
@@ -275,22 +273,22 @@ impl KeeperTask {
                 // out MIN_STREAM_LIFE there lost 81,000 of 150,000 leases of TTL 6 s. A young
                 // stream's move counts as a failed open, so a move that keeps landing on a
                 // follower backs off instead of looping.
-                if self.supervisor.healthy_leader_elsewhere(&endpoint) {
+                if self.supervisor.healthy_leader_elsewhere(endpoint) {
                     tracing::info!(
                         endpoint = %endpoint.url,
                         leases = self.table.len(),
                         "keep-alive stream is on a follower, which forwards each renewal to the \
                          leader; moving it to the leader"
                     );
-                    return self.lost_stream(&endpoint, None, opened, failures, now);
+                    return self.lost_stream(&stream, None, now);
                 }
-                if endpoint.is_suspected() && self.supervisor.leader_elsewhere(&endpoint) {
+                if endpoint.is_suspected() && self.supervisor.leader_elsewhere(endpoint) {
                     tracing::info!(
                         endpoint = %endpoint.url,
                         ?owed,
                         "keep-alive stream's member stalls by its own pace; reopening on the leader"
                     );
-                    return self.lost_stream(&endpoint, None, opened, failures, now);
+                    return self.lost_stream(&stream, None, now);
                 }
                 // No more than the stream takes now, nor past the window: the rest stay due,
                 // in order, without this turn listing them (at least one while the window has
@@ -299,32 +297,19 @@ impl KeeperTask {
                 let take = if room == 0 {
                     0
                 } else {
-                    tx.capacity().clamp(1, room)
+                    stream.tx.capacity().clamp(1, room)
                 };
                 for id in self.table.due_at_most(now, take) {
-                    match tx.try_send(LeaseKeepAliveRequest { id }) {
+                    match stream.tx.try_send(LeaseKeepAliveRequest { id }) {
                         Ok(()) => self.table.sent(id, now),
                         // The stream pushes back: the rest go out on the next turn.
                         Err(TrySendError::Full(_)) => break,
                         Err(TrySendError::Closed(_)) => {
-                            return self.lost_stream(
-                                &endpoint,
-                                Some(&Error::StreamClosed),
-                                opened,
-                                failures,
-                                now,
-                            );
+                            return self.lost_stream(&stream, Some(&Error::StreamClosed), now);
                         }
                     }
                 }
-                Link::Up {
-                    tx,
-                    answers,
-                    endpoint,
-                    opened,
-                    failures,
-                    suspected,
-                }
+                Link::Up(stream)
             }
             other => other,
         }
@@ -350,6 +335,7 @@ impl KeeperTask {
             open,
             started: now,
             failures,
+            first: (),
         }
     }
 
@@ -360,15 +346,16 @@ impl KeeperTask {
                 Link::Opening {
                     started, failures, ..
                 },
-                LinkEvent::Opened(Ok((tx, answers, endpoint))),
+                LinkEvent::Opened(Ok(opened)),
             ) => {
+                let stream = KeepAlive::new(opened, failures, now);
                 let n = self
                     .shared
                     .streams_opened
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                     + 1;
                 tracing::info!(
-                    endpoint = %endpoint.url,
+                    endpoint = %stream.endpoint.url,
                     took = ?now - started,
                     leases = self.table.len(),
                     streams = n,
@@ -376,18 +363,8 @@ impl KeeperTask {
                 );
                 self.table.stream_opened(now);
                 self.shared
-                    .set_stream_endpoint(self.slot, Some(endpoint.url.clone()));
-                let mut suspected = endpoint.suspected_news();
-                suspected.borrow_and_update();
-                Link::Up {
-                    tx,
-                    answers,
-                    endpoint,
-                    opened: now,
-                    // Reset only once the stream proves it lives (see MIN_STREAM_LIFE).
-                    failures,
-                    suspected,
-                }
+                    .set_stream_endpoint(self.slot, Some(stream.endpoint.url.clone()));
+                Link::Up(stream)
             }
             (Link::Opening { failures, .. }, LinkEvent::Opened(Err(error))) => {
                 // The transport already blamed the members it tried.
@@ -395,59 +372,32 @@ impl KeeperTask {
                 let reopen = supervise::failed_open(failures, now);
                 let retry_in = reopen.at - now;
                 tracing::warn!(%error, ?retry_in, "keep-alive stream did not open");
-                Link::Down {
-                    retry_at: reopen.at,
-                    failures: reopen.failures,
-                }
+                Link::down(reopen)
             }
-            (
-                Link::Up {
-                    tx,
-                    answers,
-                    endpoint,
-                    opened,
-                    failures,
-                    suspected,
-                },
-                LinkEvent::Answer(answer),
-            ) => match answer {
+            (Link::Up(mut stream), LinkEvent::Answer(answer)) => match answer {
                 Ok(Some(answer)) => {
                     self.on_answer(&answer);
-                    let mut answers = answers;
-                    let end = self.take_burst(&mut answers);
+                    let end = self.take_burst(&mut stream.answers);
                     // The member still answers: its late probes are load (see `heard.rs`).
-                    endpoint.heard.news(now);
+                    stream.endpoint.heard.news(now);
                     match end {
-                        None => Link::Up {
-                            tx,
-                            answers,
-                            endpoint,
-                            opened,
-                            failures,
-                            suspected,
-                        },
-                        Some(end) => self.stream_ended(&endpoint, end, opened, failures, now),
+                        None => Link::Up(stream),
+                        Some(end) => self.stream_ended(&stream, end, now),
                     }
                 }
-                Ok(None) => self.stream_ended(&endpoint, None, opened, failures, now),
-                Err(error) => self.stream_ended(&endpoint, Some(error), opened, failures, now),
+                Ok(None) => self.stream_ended(&stream, None, now),
+                Err(error) => self.stream_ended(&stream, Some(error), now),
             },
             (link, _) => link,
         }
     }
 
     /// The server ended the stream (`None`) or it failed: count it and reopen.
-    fn stream_ended(
-        &mut self,
-        endpoint: &Endpoint,
-        error: Option<Error>,
-        opened: Instant,
-        failures: u32,
-        now: Instant,
-    ) -> Link {
+    fn stream_ended(&mut self, stream: &KeepAlive, error: Option<Error>, now: Instant) -> Link {
         self.shared
             .streams_broken
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let endpoint = &stream.endpoint;
         let error = match error {
             Some(error) => {
                 tracing::warn!(
@@ -465,25 +415,17 @@ impl KeeperTask {
                 Error::StreamClosed
             }
         };
-        self.lost_stream(endpoint, Some(&error), opened, failures, now)
+        self.lost_stream(stream, Some(&error), now)
     }
 
     /// Leave the stream: tell the transport what went wrong with its member (so the next pick
     /// avoids it), and renew everything at once on the next stream.
-    fn lost_stream(
-        &mut self,
-        endpoint: &Endpoint,
-        error: Option<&Error>,
-        opened: Instant,
-        failures: u32,
-        now: Instant,
-    ) -> Link {
-        let reopen = self.supervisor.lost(endpoint, error, opened, failures, now);
+    fn lost_stream(&mut self, stream: &KeepAlive, error: Option<&Error>, now: Instant) -> Link {
+        let reopen =
+            self.supervisor
+                .lost(&stream.endpoint, error, stream.opened, stream.failures, now);
         self.table.stream_lost(now);
         self.shared.set_stream_endpoint(self.slot, None);
-        Link::Down {
-            retry_at: reopen.at,
-            failures: reopen.failures,
-        }
+        Link::down(reopen)
     }
 }

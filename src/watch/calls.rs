@@ -75,7 +75,7 @@ impl HubTask {
     /// limit; the answer comes back as [`Internal::MemberStatus`] (see `lag.rs`). Straight on
     /// its channel, like a probe: no retry elsewhere, no blame, no token.
     pub(super) fn ask_member(&self, up: &Up, sent: tokio::time::Instant) {
-        let mut maintenance = MaintenanceClient::new(up.endpoint.channel.clone());
+        let mut maintenance = MaintenanceClient::new(up.stream.endpoint.channel.clone());
         let report = self.internal_tx.clone();
         let generation = up.generation;
         let cancel = self.cancel.clone();

@@ -54,7 +54,7 @@ impl HubTask {
             // Events prove the member still follows the cluster's commits: a late probe or
             // call there is load, not a stall (see `endpoint/heard.rs`). Progress answers do
             // not: a cut-off member makes them from its own store.
-            up.endpoint.heard.news(tokio::time::Instant::now());
+            up.stream.endpoint.heard.news(tokio::time::Instant::now());
             let Some(entry) = self.entries.get_mut(&key) else {
                 return;
             };

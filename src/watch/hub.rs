@@ -217,7 +217,7 @@ impl HubTask {
                 // The stream opened or failed to, or a response (or an error) arrived.
                 event = link.event() => link = self.on_event(link, event),
                 // Some endpoint's health changed: look at the stream's member now.
-                Ok(()) = self.health.changed() => link.check_health_now(),
+                Ok(()) = self.health.changed() => super::link::check_health_now(&mut link),
                 // An answer or a probe showed a newer revision: the next advance checks the
                 // stream's lag.
                 Ok(()) = self.revisions.changed() => {}

@@ -4,68 +4,40 @@
 //! and cancels, and leaving it for another member.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
 use super::hub::{HubTask, State};
 use super::lag::{Lag, Verdict};
 use super::progress::{Due, Liveness, ProgressGate};
+use crate::call::link::{self, Stream};
 use crate::call::supervise::{self, FULL_RETRY};
-use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::proto::etcdserverpb::{
     WatchCancelRequest, WatchRequest, WatchResponse, watch_request::RequestUnion,
 };
-use crate::stream::ResponseStream;
 
 /// A stream with no watch left is closed after this long (a watch made soon after reuses it).
 const IDLE_LINGER: Duration = Duration::from_secs(10);
 
-/// An open watch stream.
-pub(super) type Opened = supervise::Opened<WatchRequest, WatchResponse>;
+/// The shared stream's state: the skeleton every supervised stream has (`call::link`); it
+/// opens with the create of watch `first` (key, watch id) as its first message, and pauses
+/// while a create was refused though its user may read its range: the token is being renewed
+/// (a stream carries the token it was opened with), then a stream opens at `retry_at` (see
+/// `relogin.rs`).
+pub(super) type Link =
+    link::Link<WatchRequest, WatchResponse, Box<Up>, (u64, i64), super::relogin::Renewal>;
 
-/// The shared stream's state.
-// One value per task, moved rarely: boxing would buy nothing.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Link {
-    /// No stream; open one at `retry_at` if a watch needs it.
-    Down { retry_at: Instant, failures: u32 },
-    /// A create was refused though its user may read its range: the token is being renewed (a
-    /// stream carries the token it was opened with), then a stream opens at `retry_at` (see
-    /// `relogin.rs`).
-    Renewing {
-        renew: super::relogin::Renewal,
-        retry_at: Instant,
-        failures: u32,
-    },
-    /// Being opened with the create of watch `first` (key, watch id) as its first message.
-    Opening {
-        open: supervise::Opening<WatchRequest, WatchResponse>,
-        started: Instant,
-        failures: u32,
-        first: (u64, i64),
-    },
-    /// Open.
-    Up(Box<Up>),
-}
+/// What happened on the link.
+pub(super) type LinkEvent = link::LinkEvent<WatchRequest, WatchResponse>;
 
 /// An open stream and what the hub knows about it.
 pub(super) struct Up {
-    /// Requests to the stream (bounded: a stuck stream pushes back, see [`FULL_RETRY`]).
-    pub(super) tx: mpsc::Sender<WatchRequest>,
-    /// The server's responses.
-    pub(super) answers: ResponseStream<WatchResponse>,
-    /// The member serving it: blamed when the stream fails, watched for ejection.
-    pub(super) endpoint: Arc<Endpoint>,
-    /// When it opened: a stream that dies young counts as a failed open.
-    pub(super) opened: Instant,
-    /// Consecutive failed opens before this one (for the backoff if it dies young).
-    pub(super) failures: u32,
+    /// The stream (its requests bounded: a stuck stream pushes back, see [`FULL_RETRY`]).
+    pub(super) stream: Stream<WatchRequest, WatchResponse>,
     /// Tells this stream's background results from an older stream's.
     pub(super) generation: u64,
     /// Creates sent and not answered yet, in order (etcd answers creates in order): the id
@@ -77,8 +49,6 @@ pub(super) struct Up {
     pub(super) liveness: Liveness,
     /// Does it keep up with the revisions the client sees, at its member's pace (`lag.rs`).
     pub(super) lag: Lag,
-    /// Wakes when its member becomes suspected (by the unary calls): check the stream now.
-    pub(super) suspected: tokio::sync::watch::Receiver<()>,
     /// Progress requests and what their answers prove on this member.
     pub(super) gate: ProgressGate,
     /// Cancels that did not fit in the request channel yet.
@@ -91,48 +61,17 @@ pub(super) struct Up {
     pub(super) token_generation: u64,
 }
 
-/// What happened on the link.
-// Lives for one turn of the loop.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum LinkEvent {
-    /// The open finished.
-    Opened(Result<Opened>),
-    /// A response, the server's clean end (`None`), or the stream's failure.
-    Answer(Result<Option<WatchResponse>>),
-    /// The token renewal finished.
-    Renewed(Result<()>),
-    /// The stream's member became suspected of stalling.
-    Suspected,
+impl link::Holds<WatchRequest, WatchResponse> for Up {
+    fn stream(&mut self) -> &mut Stream<WatchRequest, WatchResponse> {
+        &mut self.stream
+    }
 }
 
-impl Link {
-    /// Some endpoint's health changed: look at the stream's member on the next advance rather
-    /// than at the next periodic health check.
-    pub(super) fn check_health_now(&mut self) {
-        if let Link::Up(up) = self {
-            up.check_health = true;
-        }
-    }
-
-    /// The next thing the stream does; pending while there is none.
-    pub(super) async fn event(&mut self) -> LinkEvent {
-        match self {
-            Link::Opening { open, .. } => LinkEvent::Opened(open.await),
-            Link::Renewing { renew, .. } => LinkEvent::Renewed(renew.await),
-            Link::Up(up) => {
-                let Up {
-                    answers, suspected, ..
-                } = &mut **up;
-                tokio::select! {
-                    // A response, the server's end or the stream's failure.
-                    answer = answers.message() => LinkEvent::Answer(answer),
-                    // The unary calls found the member overdue: doubt the stream too. (The
-                    // sender lives as long as the endpoint this stream holds.)
-                    Ok(()) = suspected.changed() => LinkEvent::Suspected,
-                }
-            }
-            Link::Down { .. } => std::future::pending().await,
-        }
+/// Some endpoint's health changed: look at the stream's member on the next advance rather
+/// than at the next periodic health check.
+pub(super) fn check_health_now(link: &mut Link) {
+    if let Link::Up(up) = link {
+        up.check_health = true;
     }
 }
 
@@ -141,7 +80,7 @@ impl HubTask {
     pub(super) fn next_wake(&self, link: &Link, now: Instant) -> Option<Instant> {
         match link {
             Link::Down { retry_at, .. } => self.has_queued().then_some(*retry_at),
-            Link::Opening { .. } | Link::Renewing { .. } => None,
+            Link::Opening { .. } | Link::Paused { .. } => None,
             Link::Up(up) => {
                 let mut wake = up.liveness.next_wake();
                 if let Some(lag) = up.lag.next_wake() {
@@ -149,7 +88,7 @@ impl HubTask {
                 }
                 let waiting =
                     !up.outbox.is_empty() || self.has_queued() || !self.progress_wanted.is_empty();
-                if waiting && up.tx.capacity() == 0 {
+                if waiting && up.stream.tx.capacity() == 0 {
                     wake = wake.min(now + FULL_RETRY);
                 }
                 if let Some(idle) = up.idle_since {
@@ -171,7 +110,7 @@ impl HubTask {
                 match up.liveness.poll(now) {
                     Due::Dead => {
                         tracing::warn!(
-                            endpoint = %up.endpoint.url,
+                            endpoint = %up.stream.endpoint.url,
                             silent = ?up.liveness.silent_for(now),
                             "watch stream silent; reopening elsewhere",
                         );
@@ -183,7 +122,7 @@ impl HubTask {
                     Due::Nothing => {}
                 }
                 let seen = *self.revisions.borrow();
-                let hint = up.endpoint.pace_hint();
+                let hint = up.stream.endpoint.pace_hint();
                 match up.lag.poll(seen, hint, now) {
                     Verdict::Ask => {
                         self.probe(&mut up, now);
@@ -191,21 +130,21 @@ impl HubTask {
                     }
                     Verdict::Vouched => {
                         tracing::debug!(
-                            endpoint = %up.endpoint.url,
+                            endpoint = %up.stream.endpoint.url,
                             "watch stream slow, but its member is current; staying",
                         );
                     }
-                    Verdict::Stalled if !self.supervisor.healthy_elsewhere(&up.endpoint) => {
+                    Verdict::Stalled if !self.supervisor.healthy_elsewhere(&up.stream.endpoint) => {
                         // Nowhere better to go: suspected, and the fixed rules decide.
                         tracing::debug!(
-                            endpoint = %up.endpoint.url,
+                            endpoint = %up.stream.endpoint.url,
                             "watch stream overdue, but no other member is healthy; staying",
                         );
-                        up.endpoint.suspect();
+                        up.stream.endpoint.suspect();
                     }
                     Verdict::Stalled => {
                         tracing::warn!(
-                            endpoint = %up.endpoint.url,
+                            endpoint = %up.stream.endpoint.url,
                             shown = up.lag.shown(),
                             seen,
                             limit = ?up.lag.stall_limit(hint),
@@ -213,17 +152,17 @@ impl HubTask {
                         );
                         // Suspected, not blamed: the next open avoids it, ejection stays with
                         // the probers and the silence limit.
-                        up.endpoint.suspect();
+                        up.stream.endpoint.suspect();
                         return self.lose(up, None, now);
                     }
                     Verdict::Nothing => {}
                 }
                 if std::mem::take(&mut up.check_health)
-                    && self.supervisor.better_elsewhere(&up.endpoint)
+                    && self.supervisor.better_elsewhere(&up.stream.endpoint)
                 {
-                    let health = up.endpoint.state();
+                    let health = up.stream.endpoint.state();
                     tracing::info!(
-                        endpoint = %up.endpoint.url,
+                        endpoint = %up.stream.endpoint.url,
                         ?health,
                         "watch stream's member is unhealthy; reopening elsewhere"
                     );
@@ -233,7 +172,7 @@ impl HubTask {
                     let since = *up.idle_since.get_or_insert(now);
                     if now - since >= IDLE_LINGER {
                         tracing::debug!(
-                            endpoint = %up.endpoint.url,
+                            endpoint = %up.stream.endpoint.url,
                             "no watch left; closing the watch stream",
                         );
                         self.inner.set_endpoint(None);
@@ -260,7 +199,7 @@ impl HubTask {
     /// Send what waits: cancels first, then creates, as long as the request channel has room.
     pub(super) fn flush(&mut self, up: &mut Up) -> Result<()> {
         while let Some(request) = up.outbox.pop_front() {
-            match up.tx.try_send(request) {
+            match up.stream.tx.try_send(request) {
                 Ok(()) => {}
                 Err(TrySendError::Full(request)) => {
                     up.outbox.push_front(request);
@@ -269,11 +208,11 @@ impl HubTask {
                 Err(TrySendError::Closed(_)) => return Err(Error::StreamClosed),
             }
         }
-        while up.tx.capacity() > 0 {
+        while up.stream.tx.capacity() > 0 {
             let Some(key) = self.pop_queued() else { break };
             let watch_id = self.watch_id();
             let entry = self.entries.get_mut(&key).expect("popped keys exist");
-            match up.tx.try_send(entry.create_request(watch_id)) {
+            match up.stream.tx.try_send(entry.create_request(watch_id)) {
                 Ok(()) => {
                     entry.state = State::Creating { watch_id };
                     up.creating.push_back((watch_id, Some(key)));
@@ -317,8 +256,10 @@ impl HubTask {
                     first,
                     ..
                 },
-                LinkEvent::Opened(Ok((tx, answers, endpoint))),
+                LinkEvent::Opened(Ok(opened)),
             ) => {
+                let stream = Stream::new(opened, failures, now);
+                let endpoint = &stream.endpoint;
                 let n = self.inner.streams_opened.fetch_add(1, Ordering::Relaxed) + 1;
                 self.generation += 1;
                 tracing::info!(
@@ -329,23 +270,15 @@ impl HubTask {
                     "watch stream open",
                 );
                 self.inner.set_endpoint(Some(endpoint.url.clone()));
-                self.check_version(&endpoint);
+                self.check_version(endpoint);
                 let token_generation = self.transport.upgrade().map_or(0, |t| t.token_generation());
-                let mut suspected = endpoint.suspected_news();
-                suspected.borrow_and_update();
                 Link::Up(Box::new(Up {
-                    tx,
-                    answers,
-                    endpoint,
-                    opened: now,
-                    // Reset only once the stream proves it lives (see MIN_STREAM_LIFE).
-                    failures,
+                    stream,
                     generation: self.generation,
                     creating: VecDeque::from([(first.1, Some(first.0))]),
                     ids: HashMap::new(),
                     liveness: Liveness::new(now),
                     lag: Lag::new(),
-                    suspected,
                     gate: ProgressGate::default(),
                     outbox: VecDeque::new(),
                     idle_since: None,
@@ -374,10 +307,7 @@ impl HubTask {
                 let reopen = supervise::failed_open(failures, now);
                 let retry_in = reopen.at - now;
                 tracing::warn!(%error, ?retry_in, "watch stream did not open");
-                Link::Down {
-                    retry_at: reopen.at,
-                    failures: reopen.failures,
-                }
+                Link::down(reopen)
             }
             (Link::Up(mut up), LinkEvent::Answer(answer)) => match answer {
                 Ok(Some(response)) => {
@@ -389,14 +319,14 @@ impl HubTask {
                 }
                 Ok(None) => {
                     tracing::warn!(
-                        endpoint = %up.endpoint.url,
+                        endpoint = %up.stream.endpoint.url,
                         "watch stream ended by the server; reopening",
                     );
                     self.lose(up, Some(&Error::StreamClosed), now)
                 }
                 Err(error) => {
                     tracing::warn!(
-                        endpoint = %up.endpoint.url,
+                        endpoint = %up.stream.endpoint.url,
                         %error,
                         "watch stream failed; reopening",
                     );
@@ -404,14 +334,14 @@ impl HubTask {
                 }
             },
             (
-                Link::Renewing {
+                Link::Paused {
                     retry_at, failures, ..
                 },
-                LinkEvent::Renewed(result),
+                LinkEvent::Resumed(result),
             ) => self.renewed(result, retry_at, failures, now),
             (Link::Up(mut up), LinkEvent::Suspected) => {
-                if up.endpoint.is_suspected() {
-                    tracing::debug!(endpoint = %up.endpoint.url, "watch member suspected; asking");
+                if up.stream.endpoint.is_suspected() {
+                    tracing::debug!(endpoint = %up.stream.endpoint.url, "watch member suspected; asking");
                     up.lag.doubt(now);
                 }
                 Link::Up(up)
@@ -423,11 +353,7 @@ impl HubTask {
     /// Leave the stream: tell the transport what went wrong with its member (so the next pick
     /// avoids it), and queue every watch on it for a resume on the next stream.
     pub(super) fn lose(&mut self, up: Box<Up>, error: Option<&Error>, now: Instant) -> Link {
-        let reopen = self.leave(up, error, now);
-        Link::Down {
-            retry_at: reopen.at,
-            failures: reopen.failures,
-        }
+        Link::down(self.leave(up, error, now))
     }
 
     /// [`lose`](Self::lose) without deciding what comes next: when to open again.
@@ -437,9 +363,13 @@ impl HubTask {
         error: Option<&Error>,
         now: Instant,
     ) -> supervise::Reopen {
-        let reopen = self
-            .supervisor
-            .lost(&up.endpoint, error, up.opened, up.failures, now);
+        let reopen = self.supervisor.lost(
+            &up.stream.endpoint,
+            error,
+            up.stream.opened,
+            up.stream.failures,
+            now,
+        );
         self.inner.set_endpoint(None);
         if error.is_some() {
             self.inner.streams_broken.fetch_add(1, Ordering::Relaxed);

@@ -39,9 +39,9 @@ impl HubTask {
                     ..Default::default()
                 })),
             };
-            if up.tx.try_send(create).is_ok() {
+            if up.stream.tx.try_send(create).is_ok() {
                 tracing::trace!(
-                    endpoint = %up.endpoint.url,
+                    endpoint = %up.stream.endpoint.url,
                     "progress requests unanswered; canary watch sent",
                 );
                 up.creating.push_back((watch_id, None));
@@ -57,7 +57,7 @@ impl HubTask {
         let request = WatchRequest {
             request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
         };
-        let sent = up.tx.try_send(request).is_ok();
+        let sent = up.stream.tx.try_send(request).is_ok();
         if sent {
             up.gate.sent(now);
         }

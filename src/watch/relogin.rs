@@ -29,7 +29,7 @@
 //! ```text
 //!   Up --(create refused: permission denied / invalid token)--> Verifying (a count-only read)
 //!   Verifying --(denied)--> the watch ends; the stream stays
-//!   Verifying --(permitted, same stream)--> Renewing --> Down --> Opening --> Up (all resumed)
+//!   Verifying --(permitted, same stream)--> Paused (renewing) --> Down --> Opening --> Up (all resumed)
 //! ```
 //!
 //! The lease keep-alive stream does not have this problem: etcd renews a lease without
@@ -90,8 +90,8 @@ impl HubTask {
     /// queued to resume from its cursor) and renew the token it was opened with.
     pub(super) fn relogin(&mut self, up: Box<Up>, now: Instant) -> Link {
         let generation = up.token_generation;
-        let endpoint = up.endpoint.url.clone();
-        let refused_by = up.endpoint.clone();
+        let endpoint = up.stream.endpoint.url.clone();
+        let refused_by = up.stream.endpoint.clone();
         // No blame: the member did nothing wrong.
         let reopen = self.leave(up, None, now);
         tracing::info!(
@@ -104,8 +104,8 @@ impl HubTask {
             let transport = transport.upgrade().ok_or(Error::Shutdown)?;
             transport.renew_token(generation, Some(&refused_by)).await
         });
-        Link::Renewing {
-            renew,
+        Link::Paused {
+            pause: renew,
             retry_at: reopen.at,
             failures: reopen.failures,
         }
