@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tonic::Request;
 
 use super::attempt::{self, Sent};
-use super::plan::{self, AttemptId, Failed, Plan, PlanConfig, RetryWait, Step, Timer};
+use super::plan::{self, AttemptId, Failed, Plan, PlanConfig, RetryWait, Step, Timer, Tried};
 use super::running::Running;
 use super::stats::Count;
 use super::{Call, Conn, Target, Transport, wants_login};
@@ -38,10 +38,6 @@ enum Event<T> {
     Answer(Answer<T>),
     Timer(Timer),
 }
-
-/// Members a call went to (by URL), inline up to a cluster's usual size: no allocation for a
-/// call's bookkeeping unless it tries more members than that.
-pub(super) type Tried = SmallVec<[Arc<str>; 4]>;
 
 /// Which member each attempt in flight went to, and when.
 struct Attempts {
@@ -87,21 +83,19 @@ impl Transport {
     }
 
     /// The endpoint for a retry: one this call has not tried yet; when all were tried, any but
-    /// the one that just failed.
+    /// the one that just failed (see [`plan::retry_round`]).
     fn next_endpoint(
         &self,
         route: Route,
         target: &Target,
         tried: &mut Tried,
-        failed: Option<&str>,
     ) -> Result<Arc<Endpoint>> {
-        let all = self.balancer.endpoints();
-        if all.iter().all(|e| tried.contains(&e.url)) {
-            tried.clear();
-            if let Some(f) = failed {
-                tried.push(f.into());
-            }
-        }
+        let failed = tried.last().cloned();
+        plan::retry_round(
+            tried,
+            self.balancer.endpoints().iter().map(|e| &*e.url),
+            failed,
+        );
         let next = self.pick(route, target, tried, Instant::now())?;
         if !tried.contains(&next.url) {
             tried.push(next.url.clone());
@@ -342,9 +336,7 @@ impl Transport {
                             self.await_leader(route, plan.deadline()).await;
                         }
                     }
-                    let failed = attempts.tried.last().cloned();
-                    let tried = &mut attempts.tried;
-                    let next = self.next_endpoint(route, &target, tried, failed.as_deref())?;
+                    let next = self.next_endpoint(route, &target, &mut attempts.tried)?;
                     tracing::debug!(rpc = rpc.name(), to = %next.url, %error, "retrying");
                     crate::metrics::retry(rpc.name());
                     self.ledger.count(Count::Attempt);

@@ -25,7 +25,10 @@
 //!   the attempt timeout, or at the call's deadline. A caller that drops the call blames
 //!   nobody, since the plan is simply gone.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use smallvec::SmallVec;
 
 use tokio::time::Instant;
 
@@ -418,6 +421,24 @@ where
     I: IntoIterator<Item = Option<Duration>>,
 {
     own.or_else(|| others().into_iter().flatten().max())
+}
+
+/// Members a call went to (by URL), inline up to a cluster's usual size: no allocation for a
+/// call's bookkeeping unless it tries more members than that.
+pub(crate) type Tried = SmallVec<[Arc<str>; 4]>;
+
+/// Before a retry picks its member: once the call has tried every one of `members`, a new
+/// round begins that avoids only `failed`, the member that just failed (a retry goes round
+/// again, not straight back to it); until then every member tried is avoided.
+pub(crate) fn retry_round<'a>(
+    tried: &mut Tried,
+    mut members: impl Iterator<Item = &'a str>,
+    failed: Option<Arc<str>>,
+) {
+    if members.all(|m| tried.iter().any(|t| **t == *m)) {
+        tried.clear();
+        tried.extend(failed);
+    }
 }
 
 /// Whether a failed call should log in again and be retried once: etcd rejected the token

@@ -426,3 +426,28 @@ fn a_member_of_unknown_pace_hedges_at_the_slowest_known_pace_of_the_others() {
     // Nobody's known: the cap (`None`).
     assert_eq!(hedge_pace(None, || [None, None]), None);
 }
+
+#[test]
+fn a_retry_avoids_every_member_tried_until_a_round_is_done_then_only_the_last() {
+    let members = ["a", "b", "c"];
+    let url = |s: &str| -> Arc<str> { s.into() };
+    let mut tried: Tried = [url("a")].into_iter().collect();
+    retry_round(&mut tried, members.into_iter(), Some(url("a")));
+    assert_eq!(
+        tried.as_slice(),
+        [url("a")],
+        "b and c are left: nothing forgotten"
+    );
+    tried.push(url("b"));
+    tried.push(url("c"));
+    retry_round(&mut tried, members.into_iter(), Some(url("c")));
+    assert_eq!(
+        tried.as_slice(),
+        [url("c")],
+        "all tried: a new round, not straight back to c"
+    );
+    // A member that left the cluster does not keep the round open.
+    let mut tried: Tried = [url("a"), url("b"), url("gone")].into_iter().collect();
+    retry_round(&mut tried, ["a", "b"].into_iter(), Some(url("b")));
+    assert_eq!(tried.as_slice(), [url("b")]);
+}
