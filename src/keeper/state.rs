@@ -240,11 +240,18 @@ impl Table {
 
     /// The first `at_most` leases due for a renewal at `now` with none in flight, closest to
     /// expiry first (the rest stay due, in that order, for the next call), leaving out those
-    /// too close to expiry to be saved ([`ttl::last_send_margin`]). Costs O(log n) per
-    /// lease newly found due and per lease returned: a stream that takes only a few requests
-    /// per turn does not make each turn walk every lease still to send.
+    /// too close to expiry to be saved ([`ttl::last_send_margin`]). Those due within
+    /// [`ttl::batch_ahead`] of `now` count as due: they go out with this batch rather than each
+    /// on a turn of its own. Costs O(log n) per lease newly found due and per lease returned:
+    /// a stream that takes only a few requests per turn does not make each turn walk every
+    /// lease still to send.
     pub(crate) fn due_at_most(&mut self, now: Instant, at_most: usize) -> Vec<i64> {
-        while let Some(id) = self.queues.waiting_due(now) {
+        let ahead = self
+            .queues
+            .min_ttl()
+            .map_or(Duration::ZERO, ttl::batch_ahead);
+        let horizon = later(now, ahead);
+        while let Some(id) = self.queues.waiting_due(horizon) {
             self.rekey(id, |k| k.stage = Stage::Ready);
         }
         self.queues.ready(self.send_cutoff(now), at_most)

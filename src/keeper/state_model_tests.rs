@@ -84,8 +84,14 @@ impl Naive {
 
     fn due(&mut self, now: Instant) -> Vec<i64> {
         let cutoff = self.send_cutoff(now);
+        // Those due within the batch's reach go with it (the table's rule, walked).
+        let shortest = self.leases.values().map(|e| e.ttl).min();
+        let horizon = later(
+            now,
+            shortest.map_or(Duration::ZERO, super::super::ttl::batch_ahead),
+        );
         for e in self.leases.values_mut() {
-            if e.in_flight.is_none() && e.next_renewal <= now {
+            if e.in_flight.is_none() && e.next_renewal <= horizon {
                 e.ready = true;
             }
         }

@@ -39,6 +39,40 @@ async fn renewal_is_due_at_a_third_of_the_ttl() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn renewals_due_within_the_batch_reach_go_with_the_first() {
+    // TTL 6 s: renewals every 2 s, and a batch takes those due within 2 s / 64 = 31.25 ms.
+    assert_eq!(
+        super::super::ttl::batch_ahead(TTL),
+        Duration::from_micros(31_250)
+    );
+    assert_eq!(
+        super::super::ttl::batch_ahead(Duration::from_secs(60)),
+        Duration::from_millis(50),
+        "at most 50 ms ahead"
+    );
+    let mut t = table();
+    let _first = granted(&mut t, 1);
+    tokio::time::advance(Duration::from_millis(30)).await;
+    let _near = granted(&mut t, 2);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let _far = granted(&mut t, 3);
+    // The task wakes for the first; the second (due 30 ms later) goes with it, the third
+    // (40 ms later, past the reach) waits for its own turn.
+    let start = Instant::now() - Duration::from_millis(40);
+    assert_eq!(t.next_deadline(true), Some(start + TTL / 3));
+    tokio::time::advance(TTL / 3 - Duration::from_millis(40)).await;
+    assert_eq!(t.due(Instant::now()), [1, 2]);
+    t.sent(1, Instant::now());
+    t.sent(2, Instant::now());
+    assert_eq!(
+        t.next_deadline(true),
+        Some(start + TTL / 3 + Duration::from_millis(40))
+    );
+    tokio::time::advance(Duration::from_millis(40)).await;
+    assert_eq!(t.due(Instant::now()), [3]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn expiry_counts_from_the_send_time_not_the_answer() {
     let mut t = table();
     let rx = granted(&mut t, 1);

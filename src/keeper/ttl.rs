@@ -74,6 +74,24 @@ pub(crate) fn at_risk_from(expires_at: Instant, ttl: Duration) -> Instant {
     expires_at.checked_sub(ttl / 3).unwrap_or(expires_at)
 }
 
+/// The most a renewal goes out before it is due (see [`batch_ahead`]).
+const BATCH_AHEAD_MAX: Duration = Duration::from_millis(50);
+
+/// How far ahead of their due time renewals join a batch that is going out: a 64th of the
+/// shortest renewal period (TTL/3) kept, at most [`BATCH_AHEAD_MAX`].
+///
+/// Why: a turn of the keeper has a fixed cost (a wake-up, a timer, the orderings' lookups, a
+/// send) that leases granted one after another, each due at its own instant, pay one by one.
+/// Taking those due within the next 50 ms along, the leases renewed together stay together
+/// (the next renewal counts from the send). Measured (`lease-scale-bench --counts
+/// 1000,10000,100000 --ttl 10 --faults kill`, etcd 3.5.1, the same day, less the client's
+/// background): 9.6 -> 4.0 us of CPU per renewal at 10,000 leases, 6.7 -> 3.8 at 100,000;
+/// 1,000 (granted 64 at a time, so already due in groups) stayed at ~12. The price is at most
+/// 1/64 more renewals, none sent later than it would have been.
+pub(crate) fn batch_ahead(min_ttl: Duration) -> Duration {
+    (min_ttl / 3 / 64).min(BATCH_AHEAD_MAX)
+}
+
 /// The least a lease's last renewal is kept back before its local expiry, at most (see
 /// [`last_send_margin`]).
 const LAST_SEND_FLOOR: Duration = Duration::from_millis(250);
