@@ -159,6 +159,17 @@ fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     })
 }
 
+/// Labels for a log axis over `lo..hi`: 1, 2 and 5 times each power of ten inside it, so that
+/// a range under a decade or two still reads (plotters' own choice labelled 2.3-23 only at 10
+/// and 20).
+fn log_labels(lo: f64, hi: f64) -> Vec<f64> {
+    let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    (first..=last)
+        .flat_map(|d| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(d)))
+        .filter(|v| (lo..=hi).contains(v))
+        .collect()
+}
+
 fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     panel: &Panel,
@@ -185,13 +196,18 @@ where
         .margin(12)
         .x_label_area_size(38)
         .y_label_area_size(62)
-        .build_cartesian_2d((x.0..x.1).log_scale(), (y.0..y.1).log_scale())?;
+        .build_cartesian_2d(
+            (x.0..x.1).log_scale(),
+            (y.0..y.1).log_scale().with_key_points(log_labels(y.0, y.1)),
+        )?;
     chart
         .configure_mesh()
         .x_desc(items)
         .y_desc(&panel.unit)
         .x_label_formatter(&|v| format!("{v:.0}"))
-        .y_labels(12)
+        // One faint line between labelled ones: plotters' default (10) packs a log axis's
+        // upper decade, where the labels sit close, into a grey band.
+        .max_light_lines(1)
         .y_label_formatter(&|v| match *v {
             v if v >= 9.95 => format!("{v:.0}"),
             v if v >= 0.995 => format!("{v:.1}"),
@@ -230,6 +246,12 @@ mod tests {
                 .series
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn log_labels_are_one_two_five_per_decade_inside_the_range() {
+        assert_eq!(log_labels(2.26, 23.1), [5.0, 10.0, 20.0]);
+        assert_eq!(log_labels(0.46, 12.9), [0.5, 1.0, 2.0, 5.0, 10.0]);
     }
 
     #[test]

@@ -127,7 +127,7 @@ struct Row {
     create: Duration,
     create_errors: usize,
     kib_per_watch: f64,
-    /// The watching client's CPU in the no-fault round (counted in clock ticks of 10 ms).
+    /// The watching client's CPU in the no-fault round.
     round_cpu: Duration,
     rounds: Vec<Round>,
     streams_opened: u64,
@@ -440,17 +440,19 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
     }
 }
 
-/// CPU per event, unless the round's CPU is too small for the clock that counts it.
+/// CPU per event, unless the round's CPU is too small to divide.
 fn per_event(cpu: Duration, events: usize) -> String {
     match per_event_us(cpu, events) {
         Some(us) => format!("{us:.1} us"),
-        None => format!("{} ms in all, too few 10 ms ticks to divide", ms(cpu)),
+        None => format!("{} ms in all, too little to divide", ms(cpu)),
     }
 }
 
-/// CPU per event in microseconds, when the round's CPU is enough ticks of the clock to divide.
+/// CPU per event in microseconds, when the round's CPU is enough to divide: the threads' time
+/// on a CPU is counted in nanoseconds (`process::threads_cpu_time`), so 1 ms will do (it was
+/// 100 ms of 10 ms clock ticks before, which left 1,000 and 10,000 watches unmeasured).
 fn per_event_us(cpu: Duration, events: usize) -> Option<f64> {
-    (cpu >= Duration::from_millis(100)).then(|| cpu.as_secs_f64() * 1e6 / events.max(1) as f64)
+    (cpu >= Duration::from_millis(1)).then(|| cpu.as_secs_f64() * 1e6 / events.max(1) as f64)
 }
 
 /// The curves of `rows` into `path`: CPU and memory per watch, and the p99 delay from a put to
