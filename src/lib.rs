@@ -15,7 +15,8 @@
 //! The routing core is a one-way stack; each layer knows nothing of those above it:
 //!
 //! endpoint/       one member: mod.rs (the endpoint), state.rs (what changes together,
-//!                 behind one lock: health, raft view, pace, the outage rule's proofs),
+//!                 behind one lock: health, raft view, pace, strikes, the drain, the outage
+//!                 rule's proofs),
 //!                 in_flight.rs (attempts waiting on it), raft_view.rs, url.rs (parsing,
 //!                 dialing, no TLS downgrade), unix.rs (the unix socket connector), health.rs
 //!                 (the state machine), prober.rs (active probes, reporting through a sink),
@@ -33,7 +34,8 @@
 //!                 (typed.rs: unary, streamed.rs: streams), stream opens (streams.rs), the
 //!                 hedge budget and counters (ledger.rs), token renewal (renew.rs), member
 //!                 sync (members.rs), members that lack a method (unimplemented.rs: an older
-//!                 etcd asked for a newer call)
+//!                 etcd asked for a newer call), the long-lived streams' skeleton (link.rs:
+//!                 down, paused, opening, up; supervise.rs: where they open, when they leave)
 //! channel.rs      BalancedChannel: the balancer as a tower Service for generated clients
 //! events.rs       EndpointEvents: health, leader and membership transitions as a stream
 //! drain.rs        Client::drain / undrain: a member made safe to stop (planned maintenance)
