@@ -4,10 +4,10 @@
 //! if it leads, leadership moves to the healthiest other member (MoveLeader, the graceful
 //! handover etcd itself performs on SIGTERM, but done before the stop, under the client's
 //! control) once the writes other members forward to it are answered (a leader handing over
-//! drops those silently); it gets no new call or stream while another member can take them; the lease
-//! keeper's and the managed watches' streams leave it; and `drain` returns once nothing of this
-//! client waits on it any more, which is when it is safe to stop. Calls made meanwhile never
-//! see an error: they go elsewhere from the start.
+//! drops those silently); it gets no new call or stream while another member can take them;
+//! the lease keeper's and the managed watches' streams leave it; and `drain` returns once
+//! nothing of this client waits on it any more, which is when it is safe to stop. Calls made
+//! meanwhile never see an error: they go elsewhere from the start.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -220,8 +220,11 @@ impl Client {
             .balancer
             .endpoints()
             .iter()
-            .filter(|e| !Arc::ptr_eq(e, ep) && !e.is_draining() && e.raft().member_id != 0)
-            .filter(|e| e.state() == HealthState::Healthy)
+            .filter(|e| !Arc::ptr_eq(e, ep) && e.raft().member_id != 0)
+            .filter(|e| {
+                let s = e.serving();
+                s.health == HealthState::Healthy && !s.draining
+            })
             .min_by_key(|e| e.info(0).latency.unwrap_or(Duration::MAX))
             .cloned()
             .ok_or(Error::NoEndpoints)

@@ -127,18 +127,18 @@ impl Supervisor {
             return false;
         };
         let require_leader = transport.options.require_leader;
-        let wanted: fn(HealthState) -> bool = match endpoint.state() {
+        let here = endpoint.serving();
+        let wanted: fn(HealthState) -> bool = match here.health {
             HealthState::Ejected => |s| s != HealthState::Ejected,
             HealthState::NoLeader if require_leader => |s| s == HealthState::Healthy,
             // Drained by the operator: any member that is not ejected will do.
-            _ if endpoint.is_draining() => |s| s != HealthState::Ejected,
+            _ if here.draining => |s| s != HealthState::Ejected,
             _ => return false,
         };
-        transport
-            .balancer
-            .endpoints()
-            .iter()
-            .any(|e| !Arc::ptr_eq(e, endpoint) && !e.is_draining() && wanted(e.state()))
+        transport.balancer.endpoints().iter().any(|e| {
+            let there = e.serving();
+            !Arc::ptr_eq(e, endpoint) && !there.draining && wanted(there.health)
+        })
     }
 }
 
@@ -148,12 +148,10 @@ impl Supervisor {
     /// fixed rules decide).
     pub(crate) fn healthy_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
         self.transport.upgrade().is_some_and(|t| {
-            t.balancer.endpoints().iter().any(|e| {
-                !Arc::ptr_eq(e, endpoint)
-                    && !e.is_draining()
-                    && !e.is_suspected()
-                    && e.state() == HealthState::Healthy
-            })
+            t.balancer
+                .endpoints()
+                .iter()
+                .any(|e| !Arc::ptr_eq(e, endpoint) && e.serving().takes_streams())
         })
     }
 
@@ -179,12 +177,10 @@ impl Supervisor {
             let leader = t.balancer.leader_id();
             leader != 0
                 && leader != endpoint.raft().member_id
-                && t.balancer.endpoints().iter().any(|e| {
-                    e.raft().member_id == leader
-                        && !e.is_draining()
-                        && !e.is_suspected()
-                        && e.state() == HealthState::Healthy
-                })
+                && t.balancer
+                    .endpoints()
+                    .iter()
+                    .any(|e| e.raft().member_id == leader && e.serving().takes_streams())
         })
     }
 }

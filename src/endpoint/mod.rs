@@ -49,7 +49,7 @@ pub(crate) use read_path::clearly_slower;
 pub(crate) use refusals::Refusals;
 use silence::Silence;
 use state::MemberState;
-pub(crate) use state::Proofs;
+pub(crate) use state::{Proofs, Serving};
 pub(crate) use url::{Dial, is_local, is_secure, member_url, normalize, redact, unix_path};
 use version::KnownVersion;
 pub use version::{ParseVersionError, ServerVersion};
@@ -323,11 +323,6 @@ impl Endpoint {
         self.lock().strike()
     }
 
-    /// Whether the operator drains this member.
-    pub(crate) fn is_draining(&self) -> bool {
-        self.lock().draining
-    }
-
     /// Start or end draining; the long-lived streams hear of it like a health change.
     pub(crate) fn set_draining(&self, draining: bool) {
         let was = std::mem::replace(&mut self.lock().draining, draining);
@@ -365,6 +360,11 @@ impl Endpoint {
     #[cfg(test)]
     pub(crate) fn refusals(&self) -> Option<Refusals> {
         self.lock().refused.get()
+    }
+
+    /// Whether this member can take a long-lived stream, under one lock at one instant.
+    pub(crate) fn serving(&self) -> Serving {
+        self.lock().serving(Instant::now())
     }
 
     /// What the leader-outage rule reads of this member, under one lock at one instant.

@@ -68,6 +68,25 @@ impl Proofs {
     }
 }
 
+/// Whether a member can take a long-lived stream, all of it read at one instant under one
+/// lock (a stream's task asks on every turn, for every member).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Serving {
+    /// Its health state.
+    pub(crate) health: HealthState,
+    /// The operator drains it.
+    pub(crate) draining: bool,
+    /// Suspected of stalling by its own pace.
+    pub(crate) suspected: bool,
+}
+
+impl Serving {
+    /// Healthy, not drained, not suspected: a stream that must move can go there.
+    pub(crate) fn takes_streams(&self) -> bool {
+        self.health == HealthState::Healthy && !self.draining && !self.suspected
+    }
+}
+
 impl MemberState {
     /// A member not heard from yet, at `now`.
     pub(super) fn new(config: HealthConfig, now: Instant) -> Self {
@@ -92,6 +111,15 @@ impl MemberState {
             refusals: self.refused.get(),
             linearizable_ok: self.linearizable_ok,
             draining: self.draining,
+        }
+    }
+
+    /// Whether this member can take a long-lived stream at `now`.
+    pub(super) fn serving(&self, now: Instant) -> Serving {
+        Serving {
+            health: self.health.state_at(now),
+            draining: self.draining,
+            suspected: self.pace.is_suspected(now),
         }
     }
 
@@ -194,6 +222,25 @@ mod tests {
         assert_eq!(state.strike(), 3, "a probe's answer is no call's");
         state.answered(ms(1), t0 + ms(20));
         assert_eq!(state.strike(), 1, "a call answered: they start over");
+    }
+
+    #[test]
+    fn a_member_takes_streams_only_healthy_undrained_and_unsuspected() {
+        let t0 = Instant::now();
+        let mut state = MemberState::new(HealthConfig::default(), t0);
+        state.probe_answered(true, ms(1), t0 + ms(1));
+        let healthy = state.serving(t0 + ms(1));
+        assert_eq!(healthy.health, HealthState::Healthy);
+        assert!(healthy.takes_streams());
+        state.draining = true;
+        assert!(!state.serving(t0 + ms(1)).takes_streams(), "drained");
+        state.draining = false;
+        assert!(state.pace.suspect(t0 + ms(2)));
+        let suspected = state.serving(t0 + ms(3));
+        assert!(
+            suspected.suspected && !suspected.takes_streams(),
+            "suspected"
+        );
     }
 
     #[test]

@@ -341,7 +341,10 @@ impl HubTask {
             ) => self.renewed(result, retry_at, failures, now),
             (Link::Up(mut up), LinkEvent::Suspected) => {
                 if up.stream.endpoint.is_suspected() {
-                    tracing::debug!(endpoint = %up.stream.endpoint.url, "watch member suspected; asking");
+                    tracing::debug!(
+                        endpoint = %up.stream.endpoint.url,
+                        "watch member suspected; asking",
+                    );
                     up.lag.doubt(now);
                 }
                 Link::Up(up)

@@ -29,7 +29,8 @@
 //! ```text
 //!   Up --(create refused: permission denied / invalid token)--> Verifying (a count-only read)
 //!   Verifying --(denied)--> the watch ends; the stream stays
-//!   Verifying --(permitted, same stream)--> Paused (renewing) --> Down --> Opening --> Up (all resumed)
+//!   Verifying --(permitted, same stream)--> Paused (renewing) --> Down --> Opening
+//!   Opening --> Up (all resumed)
 //! ```
 //!
 //! The lease keep-alive stream does not have this problem: etcd renews a lease without
