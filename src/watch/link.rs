@@ -387,16 +387,30 @@ impl HubTask {
         moved.sort_unstable();
         // How deep in the history the resume starts: etcd catches resumed watches up 512 at a
         // time, each pass reading from the oldest start among them to its head.
-        let (count, mut oldest) = (moved.len(), i64::MAX);
+        let count = moved.len();
+        let mut starts = Vec::with_capacity(count);
         for key in moved {
             if let Some(entry) = self.entries.get_mut(&key) {
                 entry.cursor.stream_lost();
-                oldest = oldest.min(entry.cursor.resume_from());
+                starts.push(entry.cursor.resume_from());
             }
             self.enqueue(key);
         }
+        starts.sort_unstable();
+        let oldest = starts.first().copied().unwrap_or(0);
+        let median = starts.get(starts.len() / 2).copied().unwrap_or(0);
+        let newest = starts.last().copied().unwrap_or(0);
+        let at_newest = starts.iter().filter(|s| **s == newest).count();
         let seen = *self.revisions.borrow();
-        tracing::debug!(count, oldest, seen, "watches to resume on the next stream");
+        tracing::debug!(
+            count,
+            oldest,
+            median,
+            newest,
+            at_newest,
+            seen,
+            "watches to resume on the next stream"
+        );
         reopen
     }
 }

@@ -69,6 +69,10 @@ struct Args {
     /// against the number of watches.
     #[arg(long, default_value = "target/watch-scale-bench/watch-scale.svg")]
     svg: std::path::PathBuf,
+    /// Leave out the bare stream's pace and resumes (the managed watches only: a faster run
+    /// when only they changed).
+    #[arg(long)]
+    no_bare: bool,
 }
 
 /// A fault of a round.
@@ -300,26 +304,44 @@ async fn stream_member(client: &Client, cluster: &Cluster) -> usize {
     }
 }
 
+/// One bare stream's pace on `endpoint`, and its resumes from three depths.
+async fn bare(
+    endpoint: &str,
+    count: usize,
+    window: usize,
+) -> (
+    Result<watch_limit::Pace, String>,
+    [Result<watch_limit::Resume, String>; 3],
+) {
+    eprintln!("    the bare stream ...");
+    let bare = watch_limit::bare_stream(endpoint, count, window).await;
+    let resume = [
+        watch_limit::bare_resume(endpoint, count, ResumeFrom::Before, window).await,
+        watch_limit::bare_resume(endpoint, count, ResumeFrom::RoundBehind, window).await,
+        match &bare {
+            Ok(pace) => {
+                let from = ResumeFrom::Own(&pace.revisions);
+                watch_limit::bare_resume(endpoint, count, from, window).await
+            }
+            Err(e) => Err(e.clone()),
+        },
+    ];
+    (bare, resume)
+}
+
 /// The name of the watching client's runtime threads: their CPU is the client's (and its
 /// readers'), apart from the writer's and the bench's.
 const WATCHING: &str = "ha-watches";
 
 async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
     let (mut cluster, leader) = cluster(args, binary).await;
-    eprintln!("    the bare stream ...");
-    let bare = watch_limit::bare_stream(&cluster.endpoint(leader), count, args.window).await;
-    let endpoint = cluster.endpoint(leader);
-    let bare_resume = [
-        watch_limit::bare_resume(&endpoint, count, ResumeFrom::Before, args.window).await,
-        watch_limit::bare_resume(&endpoint, count, ResumeFrom::RoundBehind, args.window).await,
-        match &bare {
-            Ok(pace) => {
-                let from = ResumeFrom::Own(&pace.revisions);
-                watch_limit::bare_resume(&endpoint, count, from, args.window).await
-            }
-            Err(e) => Err(e.clone()),
-        },
-    ];
+    let (bare, bare_resume) = if args.no_bare {
+        const LEFT_OUT: &str = "left out (--no-bare)";
+        let resume = || Err(LEFT_OUT.to_owned());
+        (Err(LEFT_OUT.to_owned()), [resume(), resume(), resume()])
+    } else {
+        bare(&cluster.endpoint(leader), count, args.window).await
+    };
     eprintln!("    the managed watches ...");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .thread_name(WATCHING)
