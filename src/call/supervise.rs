@@ -85,11 +85,20 @@ impl Supervisor {
     /// Start opening the stream `first` is the first message of (its row and method: the RPC
     /// table's, `streamed.rs`), routed, retried and bounded by the call path.
     pub(crate) fn open<Req: BidiRpc>(&self, first: Req) -> Opening<Req, Req::Response> {
+        self.open_avoiding(first, None)
+    }
+
+    /// [`open`](Self::open), leaving the members in `avoid` for last.
+    pub(crate) fn open_avoiding<Req: BidiRpc>(
+        &self,
+        first: Req,
+        avoid: Option<Arc<[Arc<str>]>>,
+    ) -> Opening<Req, Req::Response> {
         let transport = self.transport.clone();
         let (limit, buffer) = (self.open_limit, self.request_buffer);
         Box::pin(async move {
             let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            transport.open_supervised(first, limit, buffer).await
+            transport.open_supervised(first, limit, buffer, avoid).await
         })
     }
 

@@ -236,7 +236,8 @@ impl HubTask {
         let entry = self.entries.get_mut(&key).expect("popped keys exist");
         entry.state = State::Creating { watch_id };
         let first = entry.create_request(watch_id);
-        let open = self.supervisor.open(first);
+        // Away from the members the client's other watch streams are on, while there is one.
+        let open = self.supervisor.open_avoiding(first, self.inner.siblings());
         Link::Opening {
             open,
             started: now,
