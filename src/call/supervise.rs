@@ -166,6 +166,19 @@ impl Supervisor {
         })
     }
 
+    /// Whether a healthy member serves none of the streams in `taken` (by URL): a stream that
+    /// shares its member with a sibling could have one of its own.
+    pub(crate) fn free_member(&self, taken: &[Arc<str>]) -> bool {
+        self.transport.upgrade().is_some_and(|t| {
+            t.balancer.endpoints().iter().any(|e| {
+                !taken.iter().any(|u| **u == *e.url)
+                    && !e.is_draining()
+                    && !e.is_suspected()
+                    && e.state() == HealthState::Healthy
+            })
+        })
+    }
+
     /// Whether the client knows a leader and it is not `endpoint`'s member: a leader-bound
     /// stream that leaves `endpoint` goes there.
     pub(crate) fn leader_elsewhere(&self, endpoint: &Endpoint) -> bool {

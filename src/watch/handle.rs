@@ -46,6 +46,20 @@ impl Inner {
         *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) = url;
     }
 
+    /// Whether a sibling stream with a lower place is on `url` too (the higher one moves, so
+    /// two young streams never both leave).
+    pub(super) fn shares_with_lower(&self, url: &str) -> bool {
+        let members = self
+            .placement
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        members
+            .iter()
+            .take(self.shard)
+            .any(|m| m.as_deref() == Some(url))
+    }
+
     /// The members the client's other watch streams are on: a new stream leaves them for last.
     pub(super) fn siblings(&self) -> Option<Arc<[Arc<str>]>> {
         let others = self.placement.others(self.shard);
