@@ -127,6 +127,7 @@ impl Transport {
             target,
             deadline,
             require_leader,
+            avoid,
         } = how;
         let route = Call::route_of(&target, rpc);
         let deadline = self.deadline_from(deadline, start);
@@ -184,6 +185,10 @@ impl Transport {
             // Members that said lately they lack the method count as tried: the last choice.
             tried: SmallVec::from_vec(self.methods.refusing(rpc, || self.balancer.endpoints())),
         };
+        // Members the caller leaves for last count as tried too.
+        if let Some(avoid) = avoid {
+            attempts.tried.extend(avoid.iter().cloned());
+        }
         let first_slot = std::pin::pin!(None);
         let mut running = Running::new(first_slot);
 

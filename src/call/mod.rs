@@ -81,6 +81,9 @@ pub(crate) struct Call {
     pub(crate) deadline: Deadline,
     /// Override of the client's require-leader option.
     pub(crate) require_leader: Option<bool>,
+    /// Members to leave for last (by URL): a watch stream's siblings' members, so that the
+    /// client's watch streams spread over the cluster.
+    pub(crate) avoid: Option<Arc<[Arc<str>]>>,
 }
 
 impl Call {
@@ -90,6 +93,7 @@ impl Call {
             target,
             deadline,
             require_leader: None,
+            avoid: None,
         }
     }
 

@@ -25,6 +25,7 @@ impl CallOptions {
             target: self.target.clone(),
             deadline: default.within(self.timeout),
             require_leader: self.require_leader,
+            avoid: None,
         }
     }
 }

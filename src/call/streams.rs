@@ -98,13 +98,18 @@ impl Transport {
         first: Req,
         limit: Duration,
         buffer: usize,
+        avoid: Option<Arc<[Arc<str>]>>,
     ) -> Result<(
         tokio::sync::mpsc::Sender<Req>,
         crate::stream::ResponseStream<Req::Response>,
         Arc<Endpoint>,
     )> {
         // Its owner blames the member by its own rules (a supervised stream's silence).
-        let opening = self.open_bidi_buffered(Call::default(), first, buffer, false);
+        let how = Call {
+            avoid,
+            ..Call::default()
+        };
+        let opening = self.open_bidi_buffered(how, first, buffer, false);
         let (tx, answers) = tokio::time::timeout(limit, opening)
             .await
             .map_err(|_| Error::Timeout)??;

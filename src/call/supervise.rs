@@ -85,11 +85,20 @@ impl Supervisor {
     /// Start opening the stream `first` is the first message of (its row and method: the RPC
     /// table's, `streamed.rs`), routed, retried and bounded by the call path.
     pub(crate) fn open<Req: BidiRpc>(&self, first: Req) -> Opening<Req, Req::Response> {
+        self.open_avoiding(first, None)
+    }
+
+    /// [`open`](Self::open), leaving the members in `avoid` for last.
+    pub(crate) fn open_avoiding<Req: BidiRpc>(
+        &self,
+        first: Req,
+        avoid: Option<Arc<[Arc<str>]>>,
+    ) -> Opening<Req, Req::Response> {
         let transport = self.transport.clone();
         let (limit, buffer) = (self.open_limit, self.request_buffer);
         Box::pin(async move {
             let transport = transport.upgrade().ok_or(Error::Shutdown)?;
-            transport.open_supervised(first, limit, buffer).await
+            transport.open_supervised(first, limit, buffer, avoid).await
         })
     }
 
@@ -152,6 +161,19 @@ impl Supervisor {
                 .endpoints()
                 .iter()
                 .any(|e| !Arc::ptr_eq(e, endpoint) && e.serving().takes_streams())
+        })
+    }
+
+    /// Whether a healthy member serves none of the streams in `taken` (by URL): a stream that
+    /// shares its member with a sibling could have one of its own.
+    pub(crate) fn free_member(&self, taken: &[Arc<str>]) -> bool {
+        self.transport.upgrade().is_some_and(|t| {
+            t.balancer.endpoints().iter().any(|e| {
+                !taken.iter().any(|u| **u == *e.url)
+                    && !e.is_draining()
+                    && !e.is_suspected()
+                    && e.state() == HealthState::Healthy
+            })
         })
     }
 

@@ -68,6 +68,8 @@ pub struct Options {
     pub(crate) leader_grace: Duration,
     /// The most keep-alive streams the keeper opens, and the renewals a second each is given.
     pub(crate) keep_alive_streams: (usize, u32),
+    /// The streams the managed watches are spread over.
+    pub(crate) watch_streams: usize,
     /// Chooses the endpoint of each request.
     pub(crate) pick_policy: std::sync::Arc<dyn crate::balance::PickPolicy>,
     /// The user's tower layers around every typed call's attempt (see `layer.rs`).
@@ -97,6 +99,7 @@ impl Default for Options {
             health: crate::endpoint::HealthConfig::default(),
             leader_grace: DEFAULT_LEADER_GRACE,
             keep_alive_streams: (DEFAULT_KEEP_ALIVE_STREAMS, DEFAULT_KEEP_ALIVE_STREAM_RATE),
+            watch_streams: 1,
             pick_policy: std::sync::Arc::new(crate::balance::LeaderFirst),
             layer: None,
         }
@@ -389,6 +392,18 @@ impl Options {
         self
     }
 
+    /// Spread the client's managed watches over `streams` watch streams (default 1), each
+    /// opened on a member the others' are not on while there is one: a failure of a member
+    /// then resumes only the watches of its stream. Experimental.
+    ///
+    /// ```
+    /// let o = etcd_ha::Options::new().with_watch_streams(3);
+    /// ```
+    pub fn with_watch_streams(mut self, streams: usize) -> Self {
+        self.watch_streams = streams.clamp(1, 16);
+        self
+    }
+
     /// Route requests with your own [`PickPolicy`](crate::PickPolicy). Default
     /// [`LeaderFirst`](crate::LeaderFirst).
     ///
@@ -422,6 +437,7 @@ impl fmt::Debug for Options {
             .field("health", &self.health)
             .field("leader_grace", &self.leader_grace)
             .field("keep_alive_streams", &self.keep_alive_streams)
+            .field("watch_streams", &self.watch_streams)
             .field("pick_policy", &self.pick_policy)
             .field("layer", &self.layer)
             .finish()

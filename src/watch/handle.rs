@@ -1,7 +1,7 @@
 //! The handle on a watch hub ([`Hub`]), what handles ask of its task ([`Command`]) and where a
 //! client keeps its hub ([`HubCell`]); the task itself is `hub.rs`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,12 +34,62 @@ pub(super) struct Inner {
     pub(super) streams_broken: AtomicU64,
     /// The member whose stream carries the watches now.
     pub(super) endpoint: Mutex<Option<Arc<str>>>,
+    /// This hub's place among its client's watch streams, and where the others are.
+    pub(super) shard: usize,
+    pub(super) placement: Arc<Placement>,
 }
 
 impl Inner {
     /// Say which member carries the stream now (`None`: no stream).
     pub(super) fn set_endpoint(&self, url: Option<Arc<str>>) {
+        self.placement.set(self.shard, url.clone());
         *self.endpoint.lock().unwrap_or_else(|e| e.into_inner()) = url;
+    }
+
+    /// Whether a sibling stream with a lower place is on `url` too (the higher one moves, so
+    /// two young streams never both leave).
+    pub(super) fn shares_with_lower(&self, url: &str) -> bool {
+        let members = self
+            .placement
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        members
+            .iter()
+            .take(self.shard)
+            .any(|m| m.as_deref() == Some(url))
+    }
+
+    /// The members the client's other watch streams are on: a new stream leaves them for last.
+    pub(super) fn siblings(&self) -> Option<Arc<[Arc<str>]>> {
+        let others = self.placement.others(self.shard);
+        (!others.is_empty()).then(|| others.into())
+    }
+}
+
+/// Which member each of a client's watch streams is on.
+#[derive(Debug, Default)]
+pub(crate) struct Placement {
+    members: Mutex<Vec<Option<Arc<str>>>>,
+}
+
+impl Placement {
+    fn set(&self, shard: usize, url: Option<Arc<str>>) {
+        let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        if members.len() <= shard {
+            members.resize(shard + 1, None);
+        }
+        members[shard] = url;
+    }
+
+    fn others(&self, shard: usize) -> Vec<Arc<str>> {
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != shard)
+            .filter_map(|(_, m)| m.clone())
+            .collect()
     }
 }
 
@@ -81,15 +131,20 @@ pub(super) struct NewWatch {
 /// managed watch, election and lock of the client failing with `Shutdown`.
 #[derive(Debug, Default)]
 pub(crate) struct HubCell {
-    hub: Mutex<Option<Hub>>,
+    /// One hub per watch stream (`Options::with_watch_streams`), started on first use.
+    hubs: Mutex<Vec<Option<Hub>>>,
+    /// The hub the next watch goes to.
+    next: AtomicUsize,
+    placement: Arc<Placement>,
     /// The cluster's "now", read once for the watches from now asked for together.
     pub(crate) now: ClusterNow,
 }
 
 impl HubCell {
-    /// The hub now, if one was started (it may have ended).
-    pub(crate) fn get(&self) -> Option<Hub> {
-        self.hub.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// The hubs now, those that were started (they may have ended).
+    pub(crate) fn all(&self) -> Vec<Hub> {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        hubs.iter().flatten().cloned().collect()
     }
 }
 
@@ -97,21 +152,27 @@ impl Hub {
     /// The hub of `transport`: the running one, or a new one on first use or after the last
     /// one's task ended (its command channel is closed then).
     pub(crate) fn of(cell: &HubCell, transport: &Arc<Transport>) -> Hub {
-        let mut hub = cell.hub.lock().unwrap_or_else(|e| e.into_inner());
+        let streams = transport.options.watch_streams.max(1);
+        let shard = cell.next.fetch_add(1, Ordering::Relaxed) % streams;
+        let mut hubs = cell.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        if hubs.len() < streams {
+            hubs.resize(streams, None);
+        }
+        let hub = &mut hubs[shard];
         match &*hub {
             Some(running) if !running.inner.commands.is_closed() => running.clone(),
             ended => {
                 if ended.is_some() {
                     tracing::warn!("the watch hub's task ended; starting a new one");
                 }
-                let started = Hub::start(transport);
+                let started = Hub::start(transport, shard, cell.placement.clone());
                 *hub = Some(started.clone());
                 started
             }
         }
     }
 
-    fn start(transport: &Arc<Transport>) -> Hub {
+    fn start(transport: &Arc<Transport>, shard: usize, placement: Arc<Placement>) -> Hub {
         let (commands, rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             commands,
@@ -119,6 +180,8 @@ impl Hub {
             streams_opened: AtomicU64::new(0),
             streams_broken: AtomicU64::new(0),
             endpoint: Mutex::new(None),
+            shard,
+            placement,
         });
         let task = HubTask::new(inner.clone(), transport, rx);
         tokio::spawn(
@@ -240,9 +303,11 @@ mod tests {
                 streams_opened: AtomicU64::new(0),
                 streams_broken: AtomicU64::new(0),
                 endpoint: Mutex::new(None),
+                shard: 0,
+                placement: Arc::default(),
             }),
         };
-        *cell.hub.lock().unwrap() = Some(dead.clone());
+        *cell.hubs.lock().unwrap() = vec![Some(dead.clone())];
         let again = Hub::of(&cell, &transport);
         assert!(!Arc::ptr_eq(&again.inner, &dead.inner), "a new hub");
         assert!(!again.inner.commands.is_closed(), "and it runs");

@@ -23,6 +23,9 @@ use crate::proto::etcdserverpb::{
 /// A stream with no watch left is closed after this long (a watch made soon after reuses it).
 const IDLE_LINGER: Duration = Duration::from_secs(10);
 
+/// A stream younger than this that shares its member with a sibling moves to a free member.
+const SPREAD_WINDOW: Duration = Duration::from_secs(5);
+
 /// The shared stream's state: the skeleton every supervised stream has (`call::link`); it
 /// opens with the create of watch `first` (key, watch id) as its first message, and pauses
 /// while a create was refused though its user may read its range: the token is being renewed
@@ -168,6 +171,20 @@ impl HubTask {
                     );
                     return self.lose(up, None, now);
                 }
+                // Streams that opened together landed on one member (none had a member yet for
+                // the others to avoid): a young one that shares its member moves to a free one.
+                if now - up.stream.opened < SPREAD_WINDOW
+                    && self.inner.shares_with_lower(&up.stream.endpoint.url)
+                    && self
+                        .supervisor
+                        .free_member(self.inner.siblings().as_deref().unwrap_or(&[]))
+                {
+                    tracing::info!(
+                        endpoint = %up.stream.endpoint.url,
+                        "watch stream shares its member with another; moving to a free one",
+                    );
+                    return self.lose(up, None, now);
+                }
                 if self.entries.is_empty() {
                     let since = *up.idle_since.get_or_insert(now);
                     if now - since >= IDLE_LINGER {
@@ -236,7 +253,8 @@ impl HubTask {
         let entry = self.entries.get_mut(&key).expect("popped keys exist");
         entry.state = State::Creating { watch_id };
         let first = entry.create_request(watch_id);
-        let open = self.supervisor.open(first);
+        // Away from the members the client's other watch streams are on, while there is one.
+        let open = self.supervisor.open_avoiding(first, self.inner.siblings());
         Link::Opening {
             open,
             started: now,

@@ -238,14 +238,14 @@ impl Watch {
     /// failures forced reopening). For tests.
     #[doc(hidden)]
     pub fn streams_opened(&self) -> u64 {
-        self.hub.get().map_or(0, |hub| hub.streams_opened())
+        self.hub.all().iter().map(Hub::streams_opened).sum()
     }
 
     /// How many of those streams broke (an error, a silence, the server's close) rather than
     /// being left by the client's own choice (a member too slow or unhealthy). For tests.
     #[doc(hidden)]
     pub fn streams_broken(&self) -> u64 {
-        self.hub.get().map_or(0, |hub| hub.streams_broken())
+        self.hub.all().iter().map(Hub::streams_broken).sum()
     }
 
     /// The URL of the member whose stream carries this client's managed watches now (`None`
@@ -257,7 +257,14 @@ impl Watch {
     /// # }
     /// ```
     pub fn stream_endpoint(&self) -> Option<String> {
-        self.hub.get().and_then(|hub| hub.endpoint())
+        self.hub.all().iter().find_map(Hub::endpoint)
+    }
+
+    /// The members whose streams carry this client's managed watches now, one per stream
+    /// (see [`Options::with_watch_streams`](crate::Options::with_watch_streams)). For tests.
+    #[doc(hidden)]
+    pub fn stream_endpoints(&self) -> Vec<String> {
+        self.hub.all().iter().filter_map(Hub::endpoint).collect()
     }
 
     /// Open a raw watch stream with a first watch on `key`. More watches can share the stream

@@ -56,6 +56,9 @@ struct Args {
     /// Watches made, and puts sent, at once.
     #[arg(long, default_value_t = 256)]
     window: usize,
+    /// The watch streams the client spreads its managed watches over.
+    #[arg(long, default_value_t = 1)]
+    watch_streams: usize,
     /// How long a round waits for its last event after its last put.
     #[arg(long, default_value_t = 60)]
     patience_secs: u64,
@@ -349,8 +352,9 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
         .build()
         .expect("a runtime for the watching client");
     let endpoints = cluster.endpoints();
+    let options = Options::default().with_watch_streams(args.watch_streams);
     let client = runtime
-        .spawn(async move { Client::connect(endpoints, Options::default()).await })
+        .spawn(async move { Client::connect(endpoints, options).await })
         .await
         .expect("the connect task")
         .expect("etcd-ha connects");
@@ -407,6 +411,10 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
 
     for &fault in &args.faults {
         let member = stream_member(&client, &cluster).await;
+        eprintln!(
+            "    watch streams on {:?}",
+            client.watch().stream_endpoints()
+        );
         // The leader of now: a kill in an earlier round may have moved it.
         let leader = cluster
             .leader(Duration::from_secs(30))
