@@ -7,10 +7,38 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use etcd_ha::{Client, Options, PutOptions, WatchBatch, WatchOptions};
+use etcd_ha::{Client, Options, PutOptions, WatchBatch, WatchOptions, WatchStream};
 use tokio::time::{Instant, sleep, timeout};
 
 const WATCHES: usize = 30;
+
+/// Put each watched key once (waiting out an election), then see each watch get that one
+/// event.
+async fn put_each_and_see_its_event(writer: &Client, prefix: &str, watches: &mut [WatchStream]) {
+    let until = Instant::now() + Duration::from_secs(20);
+    for i in 0..watches.len() {
+        let key = format!("{prefix}/{i}");
+        while let Err(e) = writer
+            .kv()
+            .put(key.as_str(), "after", PutOptions::new())
+            .await
+        {
+            assert!(Instant::now() < until, "put {i}: {e}");
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for (i, w) in watches.iter_mut().enumerate() {
+        let batch = timeout(Duration::from_secs(20), w.next_batch())
+            .await
+            .unwrap_or_else(|_| panic!("watch {i} had no event after the kill"))
+            .expect("the watch goes on")
+            .expect("no error");
+        assert!(
+            matches!(&batch, WatchBatch::Events { events, .. } if events.len() == 1),
+            "watch {i}: {batch:?}"
+        );
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_streams_spread_over_members_and_a_kill_moves_one() {
@@ -51,35 +79,56 @@ async fn watch_streams_spread_over_members_and_a_kill_moves_one() {
         .unwrap();
     let writer = support::client(&cluster).await;
     cluster.kill(victim);
-    // The victim may have led: puts wait out the election.
-    let until = Instant::now() + Duration::from_secs(20);
-    for i in 0..WATCHES {
-        let key = format!("{prefix}/{i}");
-        while let Err(e) = writer
-            .kv()
-            .put(key.as_str(), "after", PutOptions::new())
-            .await
-        {
-            assert!(Instant::now() < until, "put {i}: {e}");
-            sleep(Duration::from_millis(100)).await;
-        }
-    }
-    for (i, w) in watches.iter_mut().enumerate() {
-        let batch = timeout(Duration::from_secs(20), w.next_batch())
-            .await
-            .unwrap_or_else(|_| panic!("watch {i} had no event after the kill"))
-            .expect("the watch goes on")
-            .expect("no error");
-        match batch {
-            WatchBatch::Events { events, .. } => {
-                assert_eq!(events.len(), 1, "watch {i}: one event")
-            }
-            other => panic!("watch {i}: {other:?}"),
-        }
-    }
+    put_each_and_see_its_event(&writer, &prefix, &mut watches).await;
     let members: HashSet<String> = client.watch().stream_endpoints().into_iter().collect();
     assert!(
         !members.contains(&cluster.endpoint(victim)),
         "no stream left on the killed member: {members:?}"
+    );
+}
+
+/// A leader's death leaves its followers without a leader only for the election: the streams
+/// on them stay (a stream leaves a leaderless member only once it has been so for a grace),
+/// only the dead member's stream opens again, and every watch gets its next event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_on_followers_stay_through_the_leaders_reelection() {
+    let mut cluster = support::cluster3().await;
+    let client = Client::connect(&cluster.endpoints(), Options::new().with_watch_streams(3))
+        .await
+        .unwrap();
+    support::all_healthy(&client).await;
+    let prefix = support::unique("stay");
+    let mut watches = Vec::new();
+    for i in 0..WATCHES {
+        let key = format!("{prefix}/{i}");
+        let watch = client.watch().watch(key, WatchOptions::new()).await;
+        watches.push(watch.unwrap());
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while client.watch().stream_endpoints().len() < 3
+        || client
+            .watch()
+            .stream_endpoints()
+            .into_iter()
+            .collect::<HashSet<_>>()
+            .len()
+            < 3
+    {
+        assert!(Instant::now() < until, "three streams on three members");
+        sleep(Duration::from_millis(50)).await;
+    }
+    // Settled: no young stream left to spread.
+    sleep(Duration::from_secs(6)).await;
+    let leader = cluster.leader(Duration::from_secs(10)).await.unwrap();
+    let opened = client.watch().streams_opened();
+    let writer = support::client(&cluster).await;
+    cluster.kill(leader);
+    put_each_and_see_its_event(&writer, &prefix, &mut watches).await;
+    // Past the grace: a stream that was going to leave has left.
+    sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        client.watch().streams_opened() - opened,
+        1,
+        "only the dead leader's stream opened again"
     );
 }

@@ -33,6 +33,14 @@ pub(crate) const MAX_REOPEN_BACKOFF: Duration = Duration::from_millis(500);
 /// (a member that accepts streams and drops them at once must not be reopened in a tight loop).
 pub(crate) const MIN_STREAM_LIFE: Duration = Duration::from_secs(1);
 
+/// How long a require-leader stream's member must have gone without a leader before the
+/// stream leaves it. An election after a leader's death leaves the followers leaderless for
+/// some 10-300 ms (and a re-run vote for another election timeout); a member cut off from its
+/// peers stays so. Leaving at once re-created 100,000 watches on a member that had its new
+/// leader 100 ms later (`watch-scale-bench`); etcd itself waits three election timeouts
+/// (~3 s) before it cancels such streams, as reopening costs more than waiting.
+pub(crate) const NO_LEADER_GRACE: Duration = Duration::from_secs(1);
+
 /// When a stream's request channel is full (it pushes back), try again this much later.
 pub(crate) const FULL_RETRY: Duration = Duration::from_millis(10);
 
@@ -126,12 +134,23 @@ impl Supervisor {
         }
     }
 
-    /// Whether the stream should leave its member for another: the probers or other requests
-    /// found it dead, frozen or cut off (ejected) before the stream's own silence limit did,
-    /// and some other member is not; or, for a require-leader stream, its member lost its
-    /// leader (etcd would cancel the stream within about 3 s anyway) while another has one; or
-    /// the operator drains it.
-    pub(crate) fn better_elsewhere(&self, endpoint: &Arc<Endpoint>) -> bool {
+    /// Whether the stream opened on `endpoint` at `opened` should leave it for another at
+    /// `now`: the probers or other requests found it dead, frozen or cut off (ejected) before
+    /// the stream's own silence limit did, and some other member is not; or, for a
+    /// require-leader stream, its member lost its leader since the stream opened and has been
+    /// without one for [`NO_LEADER_GRACE`], while another has one; or the operator drains it.
+    ///
+    /// Why "since the stream opened": a require-leader stream opens only on a member that has
+    /// a leader, so a "no leader" seen before the open is refuted by the open itself. Read
+    /// anyway, it sent streams opened during an election away from members that had just
+    /// found their new leader, and back to them (three moves in 40 ms, 33,333 watches
+    /// re-created each time, in a `watch-scale-bench` run).
+    pub(crate) fn better_elsewhere(
+        &self,
+        endpoint: &Arc<Endpoint>,
+        opened: Instant,
+        now: Instant,
+    ) -> bool {
         let Some(transport) = self.transport.upgrade() else {
             return false;
         };
@@ -139,7 +158,11 @@ impl Supervisor {
         let here = endpoint.serving();
         let wanted: fn(HealthState) -> bool = match here.health {
             HealthState::Ejected => |s| s != HealthState::Ejected,
-            HealthState::NoLeader if require_leader => |s| s == HealthState::Healthy,
+            HealthState::NoLeader
+                if require_leader && here.since > opened && now >= here.since + NO_LEADER_GRACE =>
+            {
+                |s| s == HealthState::Healthy
+            }
             // Drained by the operator: any member that is not ejected will do.
             _ if here.draining => |s| s != HealthState::Ejected,
             _ => return false,
@@ -152,6 +175,15 @@ impl Supervisor {
 }
 
 impl Supervisor {
+    /// When [`better_elsewhere`](Self::better_elsewhere) must be asked again for the stream
+    /// opened on `endpoint` at `opened`, though nothing changes: its member lost its leader
+    /// since the open, and the grace runs out then (`None`: nothing pending).
+    pub(crate) fn recheck_at(&self, endpoint: &Endpoint, opened: Instant) -> Option<Instant> {
+        let here = endpoint.serving();
+        (here.health == HealthState::NoLeader && here.since > opened)
+            .then_some(here.since + NO_LEADER_GRACE)
+    }
+
     /// Whether another member could take `endpoint`'s stream now: healthy, not suspected, not
     /// drained. A stream overdue by its member's pace moves only then (with nowhere to go, the
     /// fixed rules decide).
@@ -168,12 +200,10 @@ impl Supervisor {
     /// shares its member with a sibling could have one of its own.
     pub(crate) fn free_member(&self, taken: &[Arc<str>]) -> bool {
         self.transport.upgrade().is_some_and(|t| {
-            t.balancer.endpoints().iter().any(|e| {
-                !taken.iter().any(|u| **u == *e.url)
-                    && !e.is_draining()
-                    && !e.is_suspected()
-                    && e.state() == HealthState::Healthy
-            })
+            t.balancer
+                .endpoints()
+                .iter()
+                .any(|e| !taken.iter().any(|u| **u == *e.url) && e.serving().takes_streams())
         })
     }
 
@@ -318,21 +348,43 @@ mod tests {
             ep.on_probe_ok(true, Duration::from_millis(1));
             ep.on_probe_ok(true, Duration::from_millis(1));
         }
-        assert!(!supervisor.better_elsewhere(&eps[0]), "healthy: stay");
+        let opened = Instant::now();
+        let now = Instant::now;
+        tokio::time::advance(Duration::from_millis(10)).await;
+        assert!(
+            !supervisor.better_elsewhere(&eps[0], opened, now()),
+            "healthy: stay"
+        );
+        assert_eq!(supervisor.recheck_at(&eps[0], opened), None);
         eps[0].on_probe_ok(false, Duration::from_millis(1));
         assert_eq!(eps[0].state(), HealthState::NoLeader);
+        let lost = now();
         assert!(
-            supervisor.better_elsewhere(&eps[0]),
-            "lost its leader, the other has one"
+            !supervisor.better_elsewhere(&eps[0], opened, now()),
+            "lost its leader just now: an election may end in a moment"
         );
+        assert_eq!(
+            supervisor.recheck_at(&eps[0], opened),
+            Some(lost + NO_LEADER_GRACE)
+        );
+        tokio::time::advance(NO_LEADER_GRACE).await;
+        assert!(
+            supervisor.better_elsewhere(&eps[0], opened, now()),
+            "leaderless for the grace, the other has a leader"
+        );
+        assert!(
+            !supervisor.better_elsewhere(&eps[0], now(), now()),
+            "a stream opened after the member was seen leaderless: the open proved a leader"
+        );
+        assert_eq!(supervisor.recheck_at(&eps[0], now()), None);
         eps[0].on_failure(crate::endpoint::Failure::Unreachable, &"reset");
         assert!(
-            supervisor.better_elsewhere(&eps[0]),
+            supervisor.better_elsewhere(&eps[0], now(), now()),
             "ejected, the other is healthy"
         );
         eps[1].on_failure(crate::endpoint::Failure::Unreachable, &"reset");
         assert!(
-            !supervisor.better_elsewhere(&eps[0]),
+            !supervisor.better_elsewhere(&eps[0], opened, now()),
             "nowhere better to go"
         );
     }

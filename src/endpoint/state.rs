@@ -78,6 +78,8 @@ pub(crate) struct Serving {
     pub(crate) draining: bool,
     /// Suspected of stalling by its own pace.
     pub(crate) suspected: bool,
+    /// Since when its health has been `health`.
+    pub(crate) since: Instant,
 }
 
 impl Serving {
@@ -120,6 +122,7 @@ impl MemberState {
             health: self.health.state_at(now),
             draining: self.draining,
             suspected: self.pace.is_suspected(now),
+            since: self.health.since_at(now),
         }
     }
 

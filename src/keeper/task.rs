@@ -165,6 +165,12 @@ impl KeeperTask {
                         let at = now + (limit - owed);
                         wake = Some(wake.map_or(at, |w| w.min(at)));
                     }
+                    // When a member leaderless since the open has been so for the grace.
+                    if let Some(at) = self.supervisor.recheck_at(&stream.endpoint, stream.opened)
+                        && at > now
+                    {
+                        wake = Some(wake.map_or(at, |w| w.min(at)));
+                    }
                 }
                 // Never paused: the keeper's token travels with each open.
                 Link::Opening { .. } | Link::Paused { .. } => {}
@@ -254,7 +260,10 @@ impl KeeperTask {
                     );
                     return self.lost_stream(&stream, Some(&Error::Timeout), now);
                 }
-                if self.supervisor.better_elsewhere(endpoint) {
+                if self
+                    .supervisor
+                    .better_elsewhere(endpoint, stream.opened, now)
+                {
                     let health = endpoint.state();
                     tracing::info!(
                         endpoint = %endpoint.url,

@@ -123,6 +123,14 @@ pub const DEFAULT_KEEP_ALIVE_STREAMS: usize = 4;
 /// ```
 pub const MAX_KEEP_ALIVE_STREAMS: usize = 64;
 
+/// The most watch streams
+/// [`Options::with_watch_streams`](crate::Options::with_watch_streams) accepts.
+///
+/// ```
+/// assert_eq!(etcd_ha::MAX_WATCH_STREAMS, 16);
+/// ```
+pub const MAX_WATCH_STREAMS: usize = 16;
+
 /// Default renewals a second one keep-alive stream is given before the
 /// [`Keeper`](crate::Keeper) puts new leases on another: 10,000, the renewals of 20,000 leases
 /// of TTL 6 s or 33,333 of TTL 10 s. A third of what one stream to an etcd 3.4.23 leader

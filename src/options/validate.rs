@@ -59,6 +59,9 @@ impl Options {
                 "streams must be from 1 to 64 and renewals per stream at least 1",
             );
         }
+        if !(1..=MAX_WATCH_STREAMS).contains(&self.watch_streams) {
+            return invalid("watch_streams", "must be from 1 to 16");
+        }
         if self.max_request_bytes == 0 {
             return invalid("max_request_bytes", "must be greater than zero");
         }

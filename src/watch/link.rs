@@ -60,6 +60,9 @@ pub(super) struct Up {
     pub(super) idle_since: Option<Instant>,
     /// Look at the member's health on the next advance (some endpoint's health changed).
     pub(super) check_health: bool,
+    /// Look again then, though nothing changes: the member lost its leader since the open,
+    /// and its grace runs out (`supervise::NO_LEADER_GRACE`).
+    pub(super) recheck_health: Option<Instant>,
     /// The token generation when it opened: the token it carries is this one or older.
     pub(super) token_generation: u64,
 }
@@ -97,9 +100,23 @@ impl HubTask {
                 if let Some(idle) = up.idle_since {
                     wake = wake.min(idle + IDLE_LINGER);
                 }
+                if let Some(at) = up.recheck_health {
+                    wake = wake.min(at);
+                }
                 Some(wake)
             }
         }
+    }
+
+    /// Whether the stream should leave its member now (`Supervisor::better_elsewhere`); when
+    /// the member lost its leader since the open, when to ask again.
+    fn leave_member(&self, up: &mut Up, now: Instant) -> bool {
+        let (endpoint, opened) = (&up.stream.endpoint, up.stream.opened);
+        up.recheck_health = self
+            .supervisor
+            .recheck_at(endpoint, opened)
+            .filter(|at| *at > now);
+        self.supervisor.better_elsewhere(endpoint, opened, now)
     }
 
     /// Do what is due at `now`: open a stream, leave a dead or bad one, probe it, send
@@ -160,8 +177,9 @@ impl HubTask {
                     }
                     Verdict::Nothing => {}
                 }
-                if std::mem::take(&mut up.check_health)
-                    && self.supervisor.better_elsewhere(&up.stream.endpoint)
+                let recheck = up.recheck_health.is_some_and(|at| now >= at);
+                if (std::mem::take(&mut up.check_health) || recheck)
+                    && self.leave_member(&mut up, now)
                 {
                     let health = up.stream.endpoint.state();
                     tracing::info!(
@@ -302,6 +320,7 @@ impl HubTask {
                     idle_since: None,
                     // The member may have turned bad while the stream was opening.
                     check_health: true,
+                    recheck_health: None,
                     token_generation,
                 }))
             }
