@@ -280,8 +280,9 @@ impl Balancer {
         self.probe_now();
     }
 
-    /// A leader move away from `member_id` failed: calls stop waiting for a new leader (the
-    /// member may still lead; the probers, woken, will say who does).
+    /// A leader move away from `member_id` failed or was dropped: calls stop waiting for a new
+    /// leader and go to the member again (it may still lead; the probers, woken, will say who
+    /// does; see [`LeaderCell::end_outage_of`](leader::LeaderCell::end_outage_of)).
     pub(crate) fn leader_stayed(&self, member_id: u64) {
         self.leader.end_outage_of(member_id);
         self.probe_now();

@@ -425,13 +425,20 @@ impl HubTask {
         // How deep in the history the resume starts: etcd catches resumed watches up 512 at a
         // time, each pass reading from the oldest start among them to its head.
         let count = moved.len();
-        let mut starts = Vec::with_capacity(count);
+        // Only for the debug line: 100,000 starts sorted cost a few milliseconds.
+        let debug = tracing::enabled!(tracing::Level::DEBUG);
+        let mut starts = Vec::with_capacity(if debug { count } else { 0 });
         for key in moved {
             if let Some(entry) = self.entries.get_mut(&key) {
                 entry.cursor.stream_lost();
-                starts.push(entry.cursor.resume_from());
+                if debug {
+                    starts.push(entry.cursor.resume_from());
+                }
             }
             self.enqueue(key);
+        }
+        if !debug {
+            return reopen;
         }
         starts.sort_unstable();
         let oldest = starts.first().copied().unwrap_or(0);
