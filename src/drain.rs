@@ -76,7 +76,9 @@ impl Client {
     /// has none) for the in-flight calls, plus the leader move.
     ///
     /// Cancel-safe: if it fails, or the caller drops it before it returns, the member is not
-    /// left drained (it takes calls again, as after [`undrain`](Self::undrain)).
+    /// left drained (it takes calls again, as after [`undrain`](Self::undrain)). Leadership may
+    /// still move: a MoveLeader already sent is carried out by etcd whether or not anyone waits
+    /// for its answer, and the client follows the leader wherever it is.
     ///
     /// A zero-error rolling upgrade, one member at a time: `drain`, stop the member (SIGTERM),
     /// upgrade and start it, wait until [`endpoints`](Self::endpoints) shows it healthy again,

@@ -197,7 +197,9 @@ where
         .x_label_area_size(38)
         .y_label_area_size(62)
         .build_cartesian_2d(
-            (x.0..x.1).log_scale(),
+            // Both axes labelled 1-2-5: plotters' own x labels, over 5,000-200,000 watches,
+            // put every multiple of 10,000 into the upper decade, on top of each other.
+            (x.0..x.1).log_scale().with_key_points(log_labels(x.0, x.1)),
             (y.0..y.1).log_scale().with_key_points(log_labels(y.0, y.1)),
         )?;
     chart
