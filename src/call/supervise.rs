@@ -41,6 +41,9 @@ pub(crate) const MIN_STREAM_LIFE: Duration = Duration::from_secs(1);
 /// (~3 s) before it cancels such streams, as reopening costs more than waiting.
 pub(crate) const NO_LEADER_GRACE: Duration = Duration::from_secs(1);
 
+/// Past the grace, how often a stream looks again for the probe it asked for.
+const NO_LEADER_POLL: Duration = Duration::from_millis(100);
+
 /// When a stream's request channel is full (it pushes back), try again this much later.
 pub(crate) const FULL_RETRY: Duration = Duration::from_millis(10);
 
@@ -137,20 +140,16 @@ impl Supervisor {
     /// Whether the stream opened on `endpoint` at `opened` should leave it for another at
     /// `now`: the probers or other requests found it dead, frozen or cut off (ejected) before
     /// the stream's own silence limit did, and some other member is not; or, for a
-    /// require-leader stream, its member lost its leader since the stream opened and has been
-    /// without one for [`NO_LEADER_GRACE`], while another has one; or the operator drains it.
+    /// require-leader stream, its member lost its leader since the stream opened and a probe
+    /// still found it without one [`NO_LEADER_GRACE`] later, while another has one; or the
+    /// operator drains it.
     ///
     /// Why "since the stream opened": a require-leader stream opens only on a member that has
     /// a leader, so a "no leader" seen before the open is refuted by the open itself. Read
     /// anyway, it sent streams opened during an election away from members that had just
     /// found their new leader, and back to them (three moves in 40 ms, 33,333 watches
     /// re-created each time, in a `watch-scale-bench` run).
-    pub(crate) fn better_elsewhere(
-        &self,
-        endpoint: &Arc<Endpoint>,
-        opened: Instant,
-        now: Instant,
-    ) -> bool {
+    pub(crate) fn better_elsewhere(&self, endpoint: &Arc<Endpoint>, opened: Instant) -> bool {
         let Some(transport) = self.transport.upgrade() else {
             return false;
         };
@@ -159,7 +158,9 @@ impl Supervisor {
         let wanted: fn(HealthState) -> bool = match here.health {
             HealthState::Ejected => |s| s != HealthState::Ejected,
             HealthState::NoLeader
-                if require_leader && here.since > opened && now >= here.since + NO_LEADER_GRACE =>
+                if require_leader
+                    && here.since > opened
+                    && here.heard >= here.since + NO_LEADER_GRACE =>
             {
                 |s| s == HealthState::Healthy
             }
@@ -176,12 +177,31 @@ impl Supervisor {
 
 impl Supervisor {
     /// When [`better_elsewhere`](Self::better_elsewhere) must be asked again for the stream
-    /// opened on `endpoint` at `opened`, though nothing changes: its member lost its leader
-    /// since the open, and the grace runs out then (`None`: nothing pending).
-    pub(crate) fn recheck_at(&self, endpoint: &Endpoint, opened: Instant) -> Option<Instant> {
+    /// opened on `endpoint` at `opened`, though no health changes (`None`: nothing pending):
+    /// its member lost its leader since the open, and the grace runs out then; or it ran out
+    /// with no probe since, and one is asked for now (a member probed every second may have
+    /// found its leader a moment after its last probe: the grace counts what was heard, not
+    /// how long nobody looked).
+    pub(crate) fn recheck_at(
+        &self,
+        endpoint: &Endpoint,
+        opened: Instant,
+        now: Instant,
+    ) -> Option<Instant> {
         let here = endpoint.serving();
-        (here.health == HealthState::NoLeader && here.since > opened)
-            .then_some(here.since + NO_LEADER_GRACE)
+        if here.health != HealthState::NoLeader || here.since <= opened {
+            return None;
+        }
+        let grace_over = here.since + NO_LEADER_GRACE;
+        if now < grace_over {
+            return Some(grace_over);
+        }
+        if here.heard >= grace_over {
+            // Heard leaderless past the grace: the rule has decided.
+            return None;
+        }
+        endpoint.probe_soon();
+        Some(now + NO_LEADER_POLL)
     }
 
     /// Whether another member could take `endpoint`'s stream now: healthy, not suspected, not
@@ -352,39 +372,57 @@ mod tests {
         let now = Instant::now;
         tokio::time::advance(Duration::from_millis(10)).await;
         assert!(
-            !supervisor.better_elsewhere(&eps[0], opened, now()),
+            !supervisor.better_elsewhere(&eps[0], opened),
             "healthy: stay"
         );
-        assert_eq!(supervisor.recheck_at(&eps[0], opened), None);
+        assert_eq!(supervisor.recheck_at(&eps[0], opened, now()), None);
         eps[0].on_probe_ok(false, Duration::from_millis(1));
         assert_eq!(eps[0].state(), HealthState::NoLeader);
         let lost = now();
         assert!(
-            !supervisor.better_elsewhere(&eps[0], opened, now()),
+            !supervisor.better_elsewhere(&eps[0], opened),
             "lost its leader just now: an election may end in a moment"
         );
         assert_eq!(
-            supervisor.recheck_at(&eps[0], opened),
+            supervisor.recheck_at(&eps[0], opened, now()),
             Some(lost + NO_LEADER_GRACE)
         );
         tokio::time::advance(NO_LEADER_GRACE).await;
         assert!(
-            supervisor.better_elsewhere(&eps[0], opened, now()),
-            "leaderless for the grace, the other has a leader"
+            !supervisor.better_elsewhere(&eps[0], opened),
+            "the grace is over, but nobody looked since: its leader may be back"
+        );
+        assert_eq!(
+            supervisor.recheck_at(&eps[0], opened, now()),
+            Some(now() + NO_LEADER_POLL),
+            "a probe is asked for, and the stream looks again soon"
+        );
+        tokio::time::timeout(Duration::from_millis(1), eps[0].probe_asked())
+            .await
+            .expect("the prober was asked to look");
+        eps[0].on_probe_ok(false, Duration::from_millis(1));
+        assert!(
+            supervisor.better_elsewhere(&eps[0], opened),
+            "heard leaderless past the grace, the other has a leader"
+        );
+        assert_eq!(
+            supervisor.recheck_at(&eps[0], opened, now()),
+            None,
+            "decided: nothing left to look at"
         );
         assert!(
-            !supervisor.better_elsewhere(&eps[0], now(), now()),
+            !supervisor.better_elsewhere(&eps[0], now()),
             "a stream opened after the member was seen leaderless: the open proved a leader"
         );
-        assert_eq!(supervisor.recheck_at(&eps[0], now()), None);
+        assert_eq!(supervisor.recheck_at(&eps[0], now(), now()), None);
         eps[0].on_failure(crate::endpoint::Failure::Unreachable, &"reset");
         assert!(
-            supervisor.better_elsewhere(&eps[0], now(), now()),
+            supervisor.better_elsewhere(&eps[0], now()),
             "ejected, the other is healthy"
         );
         eps[1].on_failure(crate::endpoint::Failure::Unreachable, &"reset");
         assert!(
-            !supervisor.better_elsewhere(&eps[0], opened, now()),
+            !supervisor.better_elsewhere(&eps[0], opened),
             "nowhere better to go"
         );
     }

@@ -87,6 +87,10 @@ pub(crate) struct Health {
     state: HealthState,
     /// When `state` was entered.
     since: Instant,
+    /// When something last said the endpoint is in `state`: its entry, or a probe or a
+    /// failure that found it so again (a leaderless member stays so between probes only as
+    /// far as anyone knows).
+    heard: Instant,
     /// Ejections without a stable healthy period in between (drives the linear backoff).
     ejections: u32,
     /// End of the current ejection.
@@ -112,6 +116,7 @@ impl Health {
             config,
             state: HealthState::Probation,
             since: now,
+            heard: now,
             ejections: 0,
             eject_until: now,
             probe_streak: 0,
@@ -144,6 +149,15 @@ impl Health {
         }
     }
 
+    /// When something last said the endpoint is in [`state_at`](Self::state_at) `now`.
+    pub(crate) fn heard_at(&self, now: Instant) -> Instant {
+        if self.ejection_over(now) {
+            self.eject_until
+        } else {
+            self.heard
+        }
+    }
+
     fn ejection_over(&self, now: Instant) -> bool {
         self.state == HealthState::Ejected && now >= self.eject_until
     }
@@ -161,10 +175,14 @@ impl Health {
         self.eject_until
     }
 
+    /// `state` is what the latest evidence at `now` says: entered if new, confirmed if not.
     fn enter(&mut self, state: HealthState, now: Instant) {
         if self.state != state {
             self.state = state;
             self.since = now;
+            self.heard = now;
+        } else {
+            self.heard = self.heard.max(now);
         }
     }
 
@@ -342,8 +360,13 @@ mod tests {
             Instant::now(),
         );
         assert_eq!(h.state(), HealthState::NoLeader);
+        let lost = Instant::now();
+        tokio::time::advance(ms(700)).await;
         h.on_probe_ok(false, ms(1), Instant::now());
         assert_eq!(h.state(), HealthState::NoLeader);
+        // Still the same loss, heard again later: the grace rule counts what was heard.
+        assert_eq!(h.since_at(Instant::now()), lost);
+        assert_eq!(h.heard_at(Instant::now()), lost + ms(700));
         h.on_probe_ok(true, ms(1), Instant::now());
         assert_eq!(h.state(), HealthState::Healthy);
     }

@@ -87,6 +87,9 @@ pub(crate) struct Endpoint {
     /// hub's) checks it at once; its own channel, not `changes`: a suspicion is no health
     /// transition and must not wake everyone who follows health.
     suspected_news: tokio::sync::watch::Sender<()>,
+    /// Wakes its prober for one probe soon (a permit is kept while a probe runs): a stream
+    /// wants to know whether the member is still leaderless.
+    look_again: tokio::sync::Notify,
     /// Since when it has owed an answer that needs the leader (see [`silence`]).
     silence: Silence,
     /// Its etcd version, from its last Status answer (see [`version`]).
@@ -130,6 +133,7 @@ impl Endpoint {
             ejections: AtomicU64::new(0),
             suspicions: AtomicU64::new(0),
             suspected_news: tokio::sync::watch::Sender::new(()),
+            look_again: tokio::sync::Notify::new(),
             silence: Silence::new(Instant::now()),
             version: KnownVersion::default(),
             status_needs_token: AtomicBool::new(false),
@@ -200,6 +204,16 @@ impl Endpoint {
         self.silence.stalled_since(silence::SILENCE_FLOOR, now)?;
         self.silence
             .stalled_since(silence::silence_limit(self.pace_hint()), now)
+    }
+
+    /// Asks its prober to probe it soon (after the probe under way, if one is).
+    pub(crate) fn probe_soon(&self) {
+        self.look_again.notify_one();
+    }
+
+    /// Resolves when someone asked for a probe soon ([`probe_soon`](Self::probe_soon)).
+    pub(crate) async fn probe_asked(&self) {
+        self.look_again.notified().await;
     }
 
     /// Wakes each time this member becomes suspected.

@@ -95,6 +95,8 @@ impl Prober {
                 // A call here was overdue by the member's own pace: look now, so that a link
                 // that turned slow is measured within a probe, not after an interval.
                 Ok(()) = suspected.changed() => {}
+                // A stream asks whether its leaderless member is still so.
+                () = self.endpoint.probe_asked() => {}
             }
             // An ejection whose wait just ended is over: say so now, not at the probe's end.
             self.endpoint.tick(Instant::now());

@@ -80,6 +80,8 @@ pub(crate) struct Serving {
     pub(crate) suspected: bool,
     /// Since when its health has been `health`.
     pub(crate) since: Instant,
+    /// When something last said its health is `health` (the latest probe that found it so).
+    pub(crate) heard: Instant,
 }
 
 impl Serving {
@@ -123,6 +125,7 @@ impl MemberState {
             draining: self.draining,
             suspected: self.pace.is_suspected(now),
             since: self.health.since_at(now),
+            heard: self.health.heard_at(now),
         }
     }
 

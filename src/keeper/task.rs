@@ -166,7 +166,9 @@ impl KeeperTask {
                         wake = Some(wake.map_or(at, |w| w.min(at)));
                     }
                     // When a member leaderless since the open has been so for the grace.
-                    if let Some(at) = self.supervisor.recheck_at(&stream.endpoint, stream.opened)
+                    if let Some(at) =
+                        self.supervisor
+                            .recheck_at(&stream.endpoint, stream.opened, now)
                         && at > now
                     {
                         wake = Some(wake.map_or(at, |w| w.min(at)));
@@ -260,10 +262,7 @@ impl KeeperTask {
                     );
                     return self.lost_stream(&stream, Some(&Error::Timeout), now);
                 }
-                if self
-                    .supervisor
-                    .better_elsewhere(endpoint, stream.opened, now)
-                {
+                if self.supervisor.better_elsewhere(endpoint, stream.opened) {
                     let health = endpoint.state();
                     tracing::info!(
                         endpoint = %endpoint.url,

@@ -114,9 +114,9 @@ impl HubTask {
         let (endpoint, opened) = (&up.stream.endpoint, up.stream.opened);
         up.recheck_health = self
             .supervisor
-            .recheck_at(endpoint, opened)
+            .recheck_at(endpoint, opened, now)
             .filter(|at| *at > now);
-        self.supervisor.better_elsewhere(endpoint, opened, now)
+        self.supervisor.better_elsewhere(endpoint, opened)
     }
 
     /// Do what is due at `now`: open a stream, leave a dead or bad one, probe it, send
