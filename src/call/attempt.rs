@@ -66,7 +66,7 @@ pub(crate) fn answered(
     let now = Instant::now();
     let latency = now.saturating_duration_since(started);
     // Health and pace in one lock.
-    ep.on_success_paced(latency, pace_cap, now);
+    ep.on_success(latency, pace_cap, now);
     if owed {
         ep.served();
     }

@@ -153,7 +153,7 @@ async fn a_refusing_leader_that_outlives_a_quick_handover_is_reached_through_fol
 
     // It answers again (restarted): its refusals are over, and a later stop starts anew, to
     // be waited out for a quick hand-over again.
-    lead.on_success(Duration::from_millis(1), Instant::now());
+    lead.on_success(Duration::from_millis(1), None, Instant::now());
     assert!(lead.refusals().is_none());
     tokio::time::advance(Duration::from_millis(20)).await;
     let again = Instant::now();

@@ -309,7 +309,11 @@ async fn token_renewal_is_bounded_by_the_calls_deadline() {
 fn paced(transport: &Transport) {
     for ep in transport.balancer.endpoints().iter() {
         for _ in 0..100 {
-            ep.on_answer(Duration::from_micros(200), DEFAULT_ATTEMPT, Instant::now());
+            ep.on_success(
+                Duration::from_micros(200),
+                Some(DEFAULT_ATTEMPT),
+                Instant::now(),
+            );
         }
     }
 }

@@ -157,13 +157,6 @@ impl Endpoint {
         self.with_pace(|p| p.hedge_delay(cap, now))
     }
 
-    /// A hedgeable call here answered at `now` in `latency`; `cap` bounds its hedge delay.
-    /// Feeds the latency window; a timely answer clears a suspicion.
-    #[cfg(test)]
-    pub(crate) fn on_answer(&self, latency: Duration, cap: Duration, now: Instant) {
-        self.with_pace(|p| p.answered(latency, cap, now));
-    }
-
     /// An attempt here is overdue by this member's own pace: suspect it (no new calls while a
     /// healthy member can take them). Returns whether that is news.
     pub(crate) fn suspect(&self) -> bool {
@@ -299,22 +292,10 @@ impl Endpoint {
         self.read_health(|h| h.eject_until())
     }
 
-    /// A request here succeeded at `now`, in `latency`.
-    #[cfg(test)]
-    pub(crate) fn on_success(&self, latency: Duration, now: Instant) {
-        self.on_success_paced(latency, None, now);
-    }
-
-    /// [`on_success`](Self::on_success) for a call that hedges at this member's pace, bounded
-    /// by `pace_cap`: the answer feeds the pace too, in the same lock (see [`on_answer`]).
-    ///
-    /// [`on_answer`]: Self::on_answer
-    pub(crate) fn on_success_paced(
-        &self,
-        latency: Duration,
-        pace_cap: Option<Duration>,
-        now: Instant,
-    ) {
+    /// A request here succeeded at `now`, in `latency`. A call that hedges at this member's
+    /// pace (bounded by `pace_cap`) feeds the pace too, in the same lock: its latency window,
+    /// and a timely answer clears a suspicion.
+    pub(crate) fn on_success(&self, latency: Duration, pace_cap: Option<Duration>, now: Instant) {
         self.update(|s| {
             s.answered(latency, now);
             if let Some(cap) = pace_cap {

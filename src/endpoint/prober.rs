@@ -308,9 +308,9 @@ mod tests {
         ep.on_probe_ok(true, Duration::from_millis(400));
         // Its calls take 400 ms (a saturated box): a 1 s probe timeout is not 4 x its tail.
         for _ in 0..100 {
-            ep.on_answer(
+            ep.on_success(
                 Duration::from_millis(400),
-                Duration::from_secs(1),
+                Some(Duration::from_secs(1)),
                 Instant::now(),
             );
         }

@@ -37,7 +37,7 @@ async fn health_transitions_wake_subscribers_and_nothing_else_does() {
     let mut seen = changes.subscribe();
     let ep = endpoint(changes);
     // Successes on a healthy endpoint change nothing.
-    ep.on_success(Duration::from_millis(1), Instant::now());
+    ep.on_success(Duration::from_millis(1), None, Instant::now());
     assert!(!seen.has_changed().unwrap());
     // A failure ejects it: subscribers hear of it at once.
     ep.on_failure(Failure::Unreachable, &"connection refused");
