@@ -132,3 +132,60 @@ async fn streams_on_followers_stay_through_the_leaders_reelection() {
         "only the dead leader's stream opened again"
     );
 }
+
+/// A killed member's stream moves to a member a sibling is on (two members are left); once the
+/// member is back and settled, one of the two sharing streams moves to it, so a later failure
+/// of the shared member does not resume both streams at once. Every watch still gets every
+/// event, and the moves are counted: one for the kill, one to spread again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_spread_again_when_a_killed_member_comes_back() {
+    let mut cluster = support::cluster3().await;
+    let client = Client::connect(&cluster.endpoints(), Options::new().with_watch_streams(3))
+        .await
+        .unwrap();
+    support::all_healthy(&client).await;
+    let prefix = support::unique("back");
+    let mut watches = Vec::new();
+    for i in 0..WATCHES {
+        let key = format!("{prefix}/{i}");
+        let watch = client.watch().watch(key, WatchOptions::new()).await;
+        watches.push(watch.unwrap());
+    }
+    let distinct = |client: &Client| {
+        let members: HashSet<String> = client.watch().stream_endpoints().into_iter().collect();
+        members.len()
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while distinct(&client) < 3 {
+        assert!(Instant::now() < until, "three streams on three members");
+        sleep(Duration::from_millis(50)).await;
+    }
+    let victim = cluster.leader(Duration::from_secs(10)).await.unwrap();
+    let opened = client.watch().streams_opened();
+    let writer = support::client(&cluster).await;
+    cluster.kill(victim);
+    put_each_and_see_its_event(&writer, &prefix, &mut watches).await;
+    assert_eq!(distinct(&client), 2, "two members left, three streams");
+    // Past the spread window of the stream that moved: it is settled where it is.
+    sleep(Duration::from_secs(6)).await;
+    assert_eq!(distinct(&client), 2, "nowhere to spread to yet");
+
+    cluster.restart(victim).await.unwrap();
+    // Healthy again, then settled for the spread window (5 s), then a move.
+    let until = Instant::now() + Duration::from_secs(30);
+    while distinct(&client) < 3 {
+        assert!(
+            Instant::now() < until,
+            "a stream moved back to the member that came back: {:?}",
+            client.watch().stream_endpoints()
+        );
+        sleep(Duration::from_millis(100)).await;
+    }
+    put_each_and_see_its_event(&writer, &prefix, &mut watches).await;
+    sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        client.watch().streams_opened() - opened,
+        2,
+        "one open for the kill, one to spread again"
+    );
+}

@@ -191,11 +191,18 @@ impl HubTask {
                 }
                 // Streams that opened together landed on one member (none had a member yet for
                 // the others to avoid): a young one that shares its member moves to a free one.
-                if now - up.stream.opened < SPREAD_WINDOW
+                // An older one moves only when caught up (its watches resume at the head, a
+                // cheap move) to a member healthy for SPREAD_WINDOW: one that came back after
+                // a failure took a sibling's stream, and a second failure of the shared member
+                // would otherwise resume both streams at once.
+                let young = now - up.stream.opened < SPREAD_WINDOW;
+                if (young || up.lag.shown() >= seen)
                     && self.inner.shares_with_lower(&up.stream.endpoint.url)
-                    && self
-                        .supervisor
-                        .free_member(self.inner.siblings().as_deref().unwrap_or(&[]))
+                    && self.supervisor.free_member(
+                        self.inner.siblings().as_deref().unwrap_or(&[]),
+                        if young { Duration::ZERO } else { SPREAD_WINDOW },
+                        now,
+                    )
                 {
                     tracing::info!(
                         endpoint = %up.stream.endpoint.url,
