@@ -139,6 +139,10 @@ pub(super) struct HubTask {
     pub(super) next_watch_id: i64,
     /// Streams opened (for `Up::generation`).
     pub(super) generation: u64,
+    /// The member the last stream left: a young stream does not spread back to it (a stream
+    /// that left a member overdue by its pace would otherwise return as soon as a probe clears
+    /// the suspicion, and pay a second resume).
+    pub(super) left: Option<Arc<str>>,
     /// Opens the stream and judges its member (the same rules as the lease keeper's).
     pub(super) supervisor: Supervisor,
     /// Most bytes one watch's reassembled response or reload may take (the client's largest
@@ -173,6 +177,7 @@ impl HubTask {
             queue: VecDeque::new(),
             next_watch_id: 1,
             generation: 0,
+            left: None,
             supervisor: Supervisor::new(transport),
             max_bytes: transport.options.max_response_bytes,
             health: transport.health_changes(),

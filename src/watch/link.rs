@@ -4,6 +4,7 @@
 //! and cancels, and leaving it for another member.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -108,6 +109,17 @@ impl HubTask {
         }
     }
 
+    /// Whether a member could take this stream for its own: for a young stream, one it has
+    /// not just left; for a settled one, a member healthy for [`SPREAD_WINDOW`].
+    fn free_member(&self, young: bool, now: Instant) -> bool {
+        let mut taken: Vec<Arc<str>> = self.inner.siblings().as_deref().unwrap_or(&[]).to_vec();
+        if young {
+            taken.extend(self.left.clone());
+        }
+        let settled = if young { Duration::ZERO } else { SPREAD_WINDOW };
+        self.supervisor.free_member(&taken, settled, now)
+    }
+
     /// Whether the stream should leave its member now (`Supervisor::better_elsewhere`); when
     /// the member lost its leader since the open, when to ask again.
     fn leave_member(&self, up: &mut Up, now: Instant) -> bool {
@@ -198,11 +210,7 @@ impl HubTask {
                 let young = now - up.stream.opened < SPREAD_WINDOW;
                 if (young || up.lag.shown() >= seen)
                     && self.inner.shares_with_lower(&up.stream.endpoint.url)
-                    && self.supervisor.free_member(
-                        self.inner.siblings().as_deref().unwrap_or(&[]),
-                        if young { Duration::ZERO } else { SPREAD_WINDOW },
-                        now,
-                    )
+                    && self.free_member(young, now)
                 {
                     tracing::info!(
                         endpoint = %up.stream.endpoint.url,
@@ -418,6 +426,7 @@ impl HubTask {
             now,
         );
         self.inner.set_endpoint(None);
+        self.left = Some(up.stream.endpoint.url.clone());
         if error.is_some() {
             self.inner.streams_broken.fetch_add(1, Ordering::Relaxed);
         }
