@@ -40,25 +40,29 @@ async fn put_each_and_see_its_event(writer: &Client, prefix: &str, watches: &mut
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_streams_spread_over_members_and_a_kill_moves_one() {
-    let mut cluster = support::cluster3().await;
+/// A client with three watch streams on its own cluster, healthy, and `WATCHES` watches on
+/// keys under a fresh prefix named after `name`.
+async fn three_streams(
+    name: &str,
+) -> (etcd_ha::testkit::Cluster, Client, String, Vec<WatchStream>) {
+    let cluster = support::cluster3().await;
     let client = Client::connect(&cluster.endpoints(), Options::new().with_watch_streams(3))
         .await
         .unwrap();
     support::all_healthy(&client).await;
-    let prefix = support::unique("spread");
+    let prefix = support::unique(name);
     let mut watches = Vec::new();
     for i in 0..WATCHES {
         let key = format!("{prefix}/{i}");
-        watches.push(
-            client
-                .watch()
-                .watch(key, WatchOptions::new())
-                .await
-                .unwrap(),
-        );
+        let watch = client.watch().watch(key, WatchOptions::new()).await;
+        watches.push(watch.unwrap());
     }
+    (cluster, client, prefix, watches)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_streams_spread_over_members_and_a_kill_moves_one() {
+    let (mut cluster, client, prefix, mut watches) = three_streams("spread").await;
     let until = Instant::now() + Duration::from_secs(10);
     let members = loop {
         let members: HashSet<String> = client.watch().stream_endpoints().into_iter().collect();
@@ -92,18 +96,7 @@ async fn watch_streams_spread_over_members_and_a_kill_moves_one() {
 /// only the dead member's stream opens again, and every watch gets its next event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_on_followers_stay_through_the_leaders_reelection() {
-    let mut cluster = support::cluster3().await;
-    let client = Client::connect(&cluster.endpoints(), Options::new().with_watch_streams(3))
-        .await
-        .unwrap();
-    support::all_healthy(&client).await;
-    let prefix = support::unique("stay");
-    let mut watches = Vec::new();
-    for i in 0..WATCHES {
-        let key = format!("{prefix}/{i}");
-        let watch = client.watch().watch(key, WatchOptions::new()).await;
-        watches.push(watch.unwrap());
-    }
+    let (mut cluster, client, prefix, mut watches) = three_streams("stay").await;
     let until = Instant::now() + Duration::from_secs(10);
     while client.watch().stream_endpoints().len() < 3
         || client
@@ -139,18 +132,7 @@ async fn streams_on_followers_stay_through_the_leaders_reelection() {
 /// event, and the moves are counted: one for the kill, one to spread again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_spread_again_when_a_killed_member_comes_back() {
-    let mut cluster = support::cluster3().await;
-    let client = Client::connect(&cluster.endpoints(), Options::new().with_watch_streams(3))
-        .await
-        .unwrap();
-    support::all_healthy(&client).await;
-    let prefix = support::unique("back");
-    let mut watches = Vec::new();
-    for i in 0..WATCHES {
-        let key = format!("{prefix}/{i}");
-        let watch = client.watch().watch(key, WatchOptions::new()).await;
-        watches.push(watch.unwrap());
-    }
+    let (mut cluster, client, prefix, mut watches) = three_streams("back").await;
     let distinct = |client: &Client| {
         let members: HashSet<String> = client.watch().stream_endpoints().into_iter().collect();
         members.len()

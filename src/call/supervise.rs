@@ -217,12 +217,20 @@ impl Supervisor {
     }
 
     /// Whether a member healthy for at least `settled` serves none of the streams in `taken`
-    /// (by URL): a stream that shares its member with a sibling could have one of its own.
-    pub(crate) fn free_member(&self, taken: &[Arc<str>], settled: Duration, now: Instant) -> bool {
+    /// (by URL) and is not `also`: a stream that shares its member with a sibling could have
+    /// one of its own.
+    pub(crate) fn free_member(
+        &self,
+        taken: &[Arc<str>],
+        also: Option<&str>,
+        settled: Duration,
+        now: Instant,
+    ) -> bool {
         self.transport.upgrade().is_some_and(|t| {
             t.balancer.endpoints().iter().any(|e| {
                 let there = e.serving();
                 !taken.iter().any(|u| **u == *e.url)
+                    && also != Some(&*e.url)
                     && there.takes_streams()
                     && now.saturating_duration_since(there.since) >= settled
             })

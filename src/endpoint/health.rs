@@ -88,8 +88,8 @@ pub(crate) struct Health {
     /// When `state` was entered.
     since: Instant,
     /// When something last said the endpoint is in `state`: its entry, or a probe or a
-    /// failure that found it so again (a leaderless member stays so between probes only as
-    /// far as anyone knows).
+    /// failure that entered it again (only "no leader" is told again while it holds: a
+    /// leaderless member stays so between probes only as far as anyone knows).
     heard: Instant,
     /// Ejections without a stable healthy period in between (drives the linear backoff).
     ejections: u32,

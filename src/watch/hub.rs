@@ -143,6 +143,8 @@ pub(super) struct HubTask {
     /// that left a member overdue by its pace would otherwise return as soon as a probe clears
     /// the suspicion, and pay a second resume).
     pub(super) left: Option<Arc<str>>,
+    /// When a settled stream last looked for a member to spread to (at most once a window).
+    pub(super) spread_checked: Instant,
     /// Opens the stream and judges its member (the same rules as the lease keeper's).
     pub(super) supervisor: Supervisor,
     /// Most bytes one watch's reassembled response or reload may take (the client's largest
@@ -178,6 +180,7 @@ impl HubTask {
             next_watch_id: 1,
             generation: 0,
             left: None,
+            spread_checked: Instant::now(),
             supervisor: Supervisor::new(transport),
             max_bytes: transport.options.max_response_bytes,
             health: transport.health_changes(),

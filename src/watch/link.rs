@@ -4,7 +4,6 @@
 //! and cancels, and leaving it for another member.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -109,15 +108,29 @@ impl HubTask {
         }
     }
 
-    /// Whether a member could take this stream for its own: for a young stream, one it has
-    /// not just left; for a settled one, a member healthy for [`SPREAD_WINDOW`].
-    fn free_member(&self, young: bool, now: Instant) -> bool {
-        let mut taken: Vec<Arc<str>> = self.inner.siblings().as_deref().unwrap_or(&[]).to_vec();
-        if young {
-            taken.extend(self.left.clone());
+    /// Whether the stream shares its member with a sibling and a member is free for it. A young
+    /// one (streams that opened together share one member) takes any free member but the one
+    /// it just left (it would return once a probe cleared the suspicion that made it leave). A
+    /// settled one moves only when caught up (its watches resume at the head), to a member
+    /// healthy for [`SPREAD_WINDOW`] (one back after a failure), looking once a window.
+    fn should_spread(&mut self, up: &Up, seen: i64, now: Instant) -> bool {
+        let young = now - up.stream.opened < SPREAD_WINDOW;
+        if !young && (up.lag.shown() < seen || now < self.spread_checked + SPREAD_WINDOW) {
+            return false;
         }
-        let settled = if young { Duration::ZERO } else { SPREAD_WINDOW };
-        self.supervisor.free_member(&taken, settled, now)
+        if !self.inner.shares_with_lower(&up.stream.endpoint.url) {
+            return false;
+        }
+        if !young {
+            self.spread_checked = now;
+        }
+        let (also, settled) = match young {
+            true => (self.left.as_deref(), Duration::ZERO),
+            false => (None, SPREAD_WINDOW),
+        };
+        let siblings = self.inner.siblings();
+        let taken = siblings.as_deref().unwrap_or(&[]);
+        self.supervisor.free_member(taken, also, settled, now)
     }
 
     /// Whether the stream should leave its member now (`Supervisor::better_elsewhere`); when
@@ -201,17 +214,7 @@ impl HubTask {
                     );
                     return self.lose(up, None, now);
                 }
-                // Streams that opened together landed on one member (none had a member yet for
-                // the others to avoid): a young one that shares its member moves to a free one.
-                // An older one moves only when caught up (its watches resume at the head, a
-                // cheap move) to a member healthy for SPREAD_WINDOW: one that came back after
-                // a failure took a sibling's stream, and a second failure of the shared member
-                // would otherwise resume both streams at once.
-                let young = now - up.stream.opened < SPREAD_WINDOW;
-                if (young || up.lag.shown() >= seen)
-                    && self.inner.shares_with_lower(&up.stream.endpoint.url)
-                    && self.free_member(young, now)
-                {
+                if self.should_spread(&up, seen, now) {
                     tracing::info!(
                         endpoint = %up.stream.endpoint.url,
                         "watch stream shares its member with another; moving to a free one",
