@@ -62,6 +62,11 @@ struct Args {
     /// How long a round waits for its last event after its last put.
     #[arg(long, default_value_t = 60)]
     patience_secs: u64,
+    /// The quiet after a faulted member is back and the cluster ready, before the next
+    /// round. With several streams, 15 lets a stream that moved onto a sibling's member
+    /// spread back to the restarted one (healthy for 5 s, then checked once a 5 s window).
+    #[arg(long, default_value_t = 2)]
+    settle_secs: u64,
     /// Where the members keep their data (/dev/shm: a tmpfs, no fsync stalls).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -448,7 +453,13 @@ async fn hold(args: &Args, binary: &std::path::Path, count: usize) -> Row {
             .wait_ready(Duration::from_secs(30))
             .await
             .expect("the cluster heals");
-        sleep(Duration::from_secs(2)).await;
+        sleep(Duration::from_secs(args.settle_secs)).await;
+    }
+    if !args.faults.is_empty() {
+        eprintln!(
+            "    watch streams at the end on {:?}",
+            client.watch().stream_endpoints()
+        );
     }
     let streams_opened = client.watch().streams_opened();
     let unexpected = watches.unexpected.load(Ordering::Relaxed);
