@@ -40,9 +40,9 @@ pub(crate) use health::{Failure, Health, HealthConfig};
 pub(crate) use in_flight::InFlight;
 pub use info::EndpointInfo;
 use pace::Pace;
-pub(crate) use pace::stall_limit;
 #[cfg(test)]
-pub(crate) use pace::{HEDGE_FLOOR, STALL_FACTOR, STALL_FLOOR};
+pub(crate) use pace::{HEDGE_FLOOR, STALL_FACTOR};
+pub(crate) use pace::{STALL_FLOOR, stall_limit};
 pub(crate) use raft_view::RaftView;
 pub(crate) use read_path::clearly_slower;
 #[cfg(test)]

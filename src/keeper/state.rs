@@ -441,6 +441,13 @@ impl Table {
         next
     }
 
+    /// Whether a deadline of [`next_deadline`](Self::next_deadline) (with a stream open) or
+    /// a lease falling at risk has come at `now`.
+    pub(crate) fn is_due(&self, now: Instant) -> bool {
+        let due = |at: Option<Instant>| at.is_some_and(|at| at <= now);
+        due(self.next_deadline(true)) || due(self.next_risk())
+    }
+
     /// What is owed after an answer or a removal: nothing if no request is in flight.
     fn refresh_owed(&mut self, now: Instant) {
         self.owed_since = (self.unanswered > 0).then_some(now);

@@ -40,15 +40,15 @@ use super::state::{Table, View};
 use crate::call::Transport;
 use crate::call::link::{self, Stream};
 use crate::call::supervise::{self, FULL_RETRY, Supervisor};
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, STALL_FLOOR};
 use crate::error::Error;
 use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 
 /// An open keep-alive stream.
-type KeepAlive = Stream<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
+pub(super) type KeepAlive = Stream<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
 /// The keep-alive stream's state: the shared skeleton, never paused, nothing kept beside the
 /// stream.
-type Link = link::Link<LeaseKeepAliveRequest, LeaseKeepAliveResponse, KeepAlive>;
+pub(super) type Link = link::Link<LeaseKeepAliveRequest, LeaseKeepAliveResponse, KeepAlive>;
 /// What happened on it.
 type LinkEvent = link::LinkEvent<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
 
@@ -126,7 +126,15 @@ impl KeeperTask {
             failures: 0,
         };
         loop {
-            let now = Instant::now();
+            let mut now = Instant::now();
+            let judged = self.table.is_due(now) || self.table.owed_for(now) >= STALL_FLOOR;
+            if link.is_up() && judged {
+                // Answers already arrived are read before anything due is judged: on a busy box
+                // the task falls behind its own stream, and would otherwise mark leases lost or
+                // at risk, or the member overdue, for renewals answered in its own buffer.
+                link = self.read_arrived(link, now);
+                now = Instant::now();
+            }
             self.report.extend(Change::Expired, self.table.expire(now));
             self.report
                 .extend(Change::AtRisk, self.table.fall_at_risk(now));
@@ -401,7 +409,12 @@ impl KeeperTask {
     }
 
     /// The server ended the stream (`None`) or it failed: count it and reopen.
-    fn stream_ended(&mut self, stream: &KeepAlive, error: Option<Error>, now: Instant) -> Link {
+    pub(super) fn stream_ended(
+        &mut self,
+        stream: &KeepAlive,
+        error: Option<Error>,
+        now: Instant,
+    ) -> Link {
         self.shared
             .streams_broken
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
