@@ -342,6 +342,35 @@ async fn a_stalled_leader_served_by_its_peers_is_reached_through_a_follower() {
     assert!(!Arc::ptr_eq(&to, &lead), "not to the stalled leader");
 }
 
+/// That proof lapses once a later read needing the leader stalls on the follower too (the
+/// leader was cut off from its peers a moment after the client): calls wait for the next
+/// leader instead of being forwarded to the lost one.
+#[tokio::test(start_paused = true)]
+async fn a_followers_proof_lapses_when_its_next_read_stalls_too() {
+    let transport = transport(Options::default());
+    let lead = leader(&transport);
+    lead.owe(Instant::now());
+    tokio::time::advance(Duration::from_millis(150)).await;
+    let follower = transport.balancer.endpoints()[1].clone();
+    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
+    assert!(
+        transport.balancer.leader_unready().is_none(),
+        "served since"
+    );
+    // Its next probe's read owes an answer from now on.
+    follower.owe(Instant::now());
+    tokio::time::advance(Duration::from_millis(600)).await;
+    assert!(
+        transport.balancer.leader_unready().is_some(),
+        "the follower's read stalled too: wait for the next leader"
+    );
+    follower.served();
+    assert!(
+        transport.balancer.leader_unready().is_none(),
+        "served again"
+    );
+}
+
 /// Issue 18: the cluster id is checked on every answer, not only on Status: a member of
 /// another cluster answering a call is refused with its answer (which is not returned, nor its
 /// revision taken as the client's).
