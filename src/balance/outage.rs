@@ -70,9 +70,9 @@ impl Balancer {
         // Whatever that member's own health: its read proves the leader alive (a loaded box
         // can leave a follower on probation; waiting on would hold the calls to their end).
         // Unless a later request needing the leader stalled there since: the leader served its
-        // peers then, not now (cut off from the client first and from its peers a moment
-        // later, one read slipped through, and calls kept going to a follower that forwarded
-        // them to the lost leader until the caller's deadline: CI saw two 1 s deadlines).
+        // peers then, not now (a read served in the moment of a cut from everyone kept calls
+        // going to a follower that forwarded them to the lost leader until the caller's
+        // deadline: the likely cause of two 1 s deadlines in one CI run).
         let served_elsewhere = endpoints.iter().any(|e| {
             !Arc::ptr_eq(e, ep)
                 && e.linearizable_ok().is_some_and(|t| t > since)
