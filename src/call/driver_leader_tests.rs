@@ -324,18 +324,28 @@ async fn a_call_waiting_on_a_stalled_leader_goes_to_it_when_it_serves_again() {
     assert!(Arc::ptr_eq(&to, &lead));
 }
 
+/// The leader stalls for us (owes past its limit); then a follower serves a linearizable
+/// read, so leader-bound calls may go now. The leader and that follower.
+async fn stalled_leader_served_elsewhere(transport: &Transport) -> (Arc<Endpoint>, Arc<Endpoint>) {
+    let lead = leader(transport);
+    lead.owe(Instant::now());
+    tokio::time::advance(Duration::from_millis(150)).await;
+    let follower = transport.balancer.endpoints()[1].clone();
+    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
+    assert!(
+        transport.balancer.leader_unready().is_none(),
+        "served since"
+    );
+    (lead, follower)
+}
+
 /// A leader that stalled for us while a follower has served a linearizable read since (our
 /// link to it broke; it leads on for the others) takes no leader-bound call: a follower
 /// forwards it, at once.
 #[tokio::test(start_paused = true)]
 async fn a_stalled_leader_served_by_its_peers_is_reached_through_a_follower() {
     let transport = transport(Options::default());
-    let lead = leader(&transport);
-    lead.owe(Instant::now());
-    tokio::time::advance(Duration::from_millis(150)).await;
-    let follower = transport.balancer.endpoints()[1].clone();
-    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
-    assert!(transport.balancer.leader_unready().is_none());
+    let (lead, _follower) = stalled_leader_served_elsewhere(&transport).await;
     let started = Instant::now();
     let (to, sent) = put_answered(&transport).await;
     assert_eq!(sent, vec![started], "no wait");
@@ -348,15 +358,7 @@ async fn a_stalled_leader_served_by_its_peers_is_reached_through_a_follower() {
 #[tokio::test(start_paused = true)]
 async fn a_followers_proof_lapses_when_its_next_read_stalls_too() {
     let transport = transport(Options::default());
-    let lead = leader(&transport);
-    lead.owe(Instant::now());
-    tokio::time::advance(Duration::from_millis(150)).await;
-    let follower = transport.balancer.endpoints()[1].clone();
-    follower.set_linearizable_ok(Instant::now(), Duration::from_millis(1));
-    assert!(
-        transport.balancer.leader_unready().is_none(),
-        "served since"
-    );
+    let (_lead, follower) = stalled_leader_served_elsewhere(&transport).await;
     // Its next probe's read owes an answer from now on.
     follower.owe(Instant::now());
     tokio::time::advance(Duration::from_millis(600)).await;

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use super::report::{Change, LeaseId};
 use super::state::Answer;
-use super::task::{KeeperTask, Link};
+use super::task::KeeperTask;
 use crate::error::Error;
 use crate::proto::etcdserverpb::LeaseKeepAliveResponse;
 use crate::stream::ResponseStream;
@@ -35,28 +35,6 @@ impl KeeperTask {
             }
         }
         None
-    }
-
-    /// Take the answers that have already arrived (none handled yet), up to the burst.
-    pub(super) fn read_arrived(&mut self, link: Link, now: Instant) -> Link {
-        let Link::Up(mut stream) = link else {
-            return link;
-        };
-        let end = match stream.answers.message().now_or_never() {
-            None => return Link::Up(stream),
-            Some(Ok(Some(answer))) => {
-                self.on_answer(&answer);
-                self.take_burst(&mut stream.answers)
-            }
-            Some(Ok(None)) => Some(None),
-            Some(Err(error)) => Some(Some(error)),
-        };
-        // The member still answers: its late probes are load (see `heard.rs`).
-        stream.endpoint.heard.news(now);
-        match end {
-            None => Link::Up(stream),
-            Some(end) => self.stream_ended(&stream, end, now),
-        }
     }
 
     pub(super) fn on_answer(&mut self, answer: &LeaseKeepAliveResponse) {

@@ -29,6 +29,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -45,10 +46,10 @@ use crate::error::Error;
 use crate::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 
 /// An open keep-alive stream.
-pub(super) type KeepAlive = Stream<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
+type KeepAlive = Stream<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
 /// The keep-alive stream's state: the shared skeleton, never paused, nothing kept beside the
 /// stream.
-pub(super) type Link = link::Link<LeaseKeepAliveRequest, LeaseKeepAliveResponse, KeepAlive>;
+type Link = link::Link<LeaseKeepAliveRequest, LeaseKeepAliveResponse, KeepAlive>;
 /// What happened on it.
 type LinkEvent = link::LinkEvent<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
 
@@ -132,7 +133,7 @@ impl KeeperTask {
                 // Answers already arrived are read before anything due is judged: on a busy box
                 // the task falls behind its own stream, and would otherwise mark leases lost or
                 // at risk, or the member overdue, for renewals answered in its own buffer.
-                link = self.read_arrived(link, now);
+                link = self.read_arrived(link);
                 now = Instant::now();
             }
             self.report.extend(Change::Expired, self.table.expire(now));
@@ -408,13 +409,21 @@ impl KeeperTask {
         }
     }
 
+    /// Handle the answers that have already arrived (up to the burst), as if the loop had
+    /// waited for the first of them.
+    fn read_arrived(&mut self, mut link: Link) -> Link {
+        let Link::Up(stream) = &mut link else {
+            return link;
+        };
+        // Polled once: `message` keeps nothing between polls (see `take_burst`).
+        match stream.answers.message().now_or_never() {
+            Some(answer) => self.on_event(link, LinkEvent::Answer(answer)),
+            None => link,
+        }
+    }
+
     /// The server ended the stream (`None`) or it failed: count it and reopen.
-    pub(super) fn stream_ended(
-        &mut self,
-        stream: &KeepAlive,
-        error: Option<Error>,
-        now: Instant,
-    ) -> Link {
+    fn stream_ended(&mut self, stream: &KeepAlive, error: Option<Error>, now: Instant) -> Link {
         self.shared
             .streams_broken
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

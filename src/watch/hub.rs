@@ -201,7 +201,13 @@ impl HubTask {
         };
         loop {
             let mut now = Instant::now();
-            if link.is_up() && self.next_wake(&link, now).is_some_and(|at| at <= now) {
+            let judging = match &link {
+                Link::Up(up) => {
+                    up.liveness.next_wake() <= now || up.lag.next_wake().is_some_and(|at| at <= now)
+                }
+                _ => false,
+            };
+            if judging {
                 // What already arrived is read before anything due is judged: on a busy box the
                 // task falls behind its own stream, and the lag rule would blame the member for
                 // answers waiting in this task's buffer (a stream of 100,000 watches moved so

@@ -54,27 +54,33 @@ async fn a_frozen_member_is_stalled_at_the_floor_after_the_ask() {
     assert_eq!(Instant::now() - write, ASK_AFTER + STALL_FLOOR);
 }
 
+/// The client has seen `seen`; the member answers each ask 1 ms later with `revision`, until
+/// the stream is stalled (the test fails if it never is). How many asks it took.
+async fn answered_at_once_until_stalled(lag: &mut Lag, seen: i64, revision: i64) -> u32 {
+    let mut asks = 0;
+    loop {
+        match lag.poll(seen, FAST, Instant::now()) {
+            Verdict::Stalled => return asks,
+            Verdict::Ask => {
+                asks += 1;
+                tokio::time::advance(ms(1)).await;
+                lag.answered(revision, Instant::now());
+            }
+            _ => {}
+        }
+        let wake = lag.next_wake().expect("a check under way wakes again");
+        tokio::time::sleep_until(wake).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_partitioned_member_answers_but_never_catches_up() {
     let mut lag = Lag::new();
     lag.answered(10, Instant::now());
     let write = Instant::now();
     lag.poll(11, FAST, write);
-    let mut asks = 0;
-    let verdict = loop {
-        let v = lag.poll(11, FAST, Instant::now());
-        if v == Verdict::Ask {
-            asks += 1;
-            // It answers at once, with its old revision.
-            tokio::time::advance(ms(1)).await;
-            lag.answered(10, Instant::now());
-        }
-        if v == Verdict::Stalled {
-            break v;
-        }
-        tokio::time::sleep_until(lag.next_wake().unwrap()).await;
-    };
-    assert_eq!(verdict, Verdict::Stalled);
+    // It answers every ask at once, with its old revision.
+    let asks = answered_at_once_until_stalled(&mut lag, 11, 10).await;
     assert!(asks >= 2, "asked again while behind: {asks}");
     assert_eq!(Instant::now() - write, ASK_AFTER + STALL_FLOOR);
 }
@@ -129,18 +135,7 @@ async fn a_member_that_applies_its_backlog_and_stops_is_stalled_one_limit_later(
     lag.answered(11, Instant::now());
     tokio::time::advance(ms(10)).await;
     lag.answered(12, Instant::now());
-    let verdict = loop {
-        let v = lag.poll(20, FAST, Instant::now());
-        if v == Verdict::Ask {
-            tokio::time::advance(ms(1)).await;
-            lag.answered(12, Instant::now());
-        }
-        if v == Verdict::Stalled {
-            break v;
-        }
-        tokio::time::sleep_until(lag.next_wake().unwrap()).await;
-    };
-    assert_eq!(verdict, Verdict::Stalled);
+    answered_at_once_until_stalled(&mut lag, 20, 12).await;
     assert_eq!(Instant::now() - write, ASK_AFTER + STALL_FLOOR * 2);
 }
 
